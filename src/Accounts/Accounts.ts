@@ -1,0 +1,131 @@
+/**
+ * Accounts, API keys and subscriptions. Keys are 32 random bytes shown once as 64 hex
+ * characters; only their SHA-256 is stored.
+ */
+import { SqlClient } from "@effect/sql"
+import { Effect, Option, Redacted } from "effect"
+import { createHash, randomBytes, randomUUID } from "node:crypto"
+import { accountPending, forbidden, tooManyRequests, unauthorized } from "../Http/Errors.ts"
+import { BILLING_PERIOD_DAYS, type Plan, type PlanName, plans, StarterMinDonationUsd } from "./Plans.ts"
+
+const API_KEY = /^[0-9a-f]{64}$/
+
+export const hashApiKey = (key: string): string => createHash("sha256").update(key).digest("hex")
+
+export interface SubscriptionRow {
+  readonly plan: PlanName
+  readonly status: "pending" | "active"
+  readonly events_used: number
+  readonly period_start: Date
+  readonly period_end: Date
+}
+
+export interface AccountRow {
+  readonly id: string
+  readonly email: string | null
+}
+
+/** `period_end` advanced by whole billing periods until it lies in the future. */
+const rolledPeriodEnd = (sql: SqlClient.SqlClient) =>
+  sql`period_end + (floor(extract(epoch FROM now() - period_end) / ${BILLING_PERIOD_DAYS * 86400}) + 1) * make_interval(days => ${BILLING_PERIOD_DAYS})`
+
+export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const planTable = plans(yield* StarterMinDonationUsd)
+    const planOf = (name: PlanName): Plan => planTable.find((p) => p.name === name)!
+
+    const authenticate = (key: Redacted.Redacted<string>) => {
+      const raw = Redacted.value(key).trim().toLowerCase()
+      if (!API_KEY.test(raw)) return Effect.fail(unauthorized())
+      return sql<{ id: string }>`SELECT id FROM accounts WHERE api_key_hash = ${hashApiKey(raw)}`.pipe(
+        Effect.orDie,
+        Effect.flatMap((rows) => rows[0] ? Effect.succeed({ id: rows[0].id }) : Effect.fail(unauthorized()))
+      )
+    }
+
+    /** Creates the account and its subscription; run inside the caller's transaction. */
+    const create = (options: {
+      readonly email: string | null
+      readonly plan: PlanName
+      readonly status: "pending" | "active"
+    }) =>
+      Effect.gen(function*() {
+        const id = randomUUID()
+        const apiKey = randomBytes(32).toString("hex")
+        yield* sql`INSERT INTO accounts ${sql.insert({ id, api_key_hash: hashApiKey(apiKey), email: options.email })}`
+        yield* sql`
+          INSERT INTO subscriptions (account_id, plan, status, period_start, period_end)
+          VALUES (${id}, ${options.plan}, ${options.status}, now(), now() + make_interval(days => ${BILLING_PERIOD_DAYS}))`
+        return { id, apiKey }
+      })
+
+    const find = (accountId: string) =>
+      sql<AccountRow>`SELECT id, email FROM accounts WHERE id = ${accountId}`.pipe(
+        Effect.map((rows) => Option.fromNullable(rows[0]))
+      )
+
+    /** The subscription with its billing period rolled forward if it has ended. */
+    const subscription = (accountId: string) =>
+      sql<SubscriptionRow>`
+        UPDATE subscriptions SET
+          events_used = 0,
+          period_start = ${rolledPeriodEnd(sql)} - make_interval(days => ${BILLING_PERIOD_DAYS}),
+          period_end = ${rolledPeriodEnd(sql)},
+          updated_at = now()
+        WHERE account_id = ${accountId} AND period_end <= now()`.pipe(
+        Effect.zipRight(sql<SubscriptionRow>`
+          SELECT plan, status, events_used, period_start, period_end
+          FROM subscriptions WHERE account_id = ${accountId}`),
+        Effect.map((rows) => Option.fromNullable(rows[0]))
+      )
+
+    /** The active subscription and its plan, or the 403/429 the caller gets instead. */
+    const requireActive = (accountId: string) =>
+      Effect.gen(function*() {
+        const current = yield* subscription(accountId).pipe(Effect.orDie)
+        if (Option.isNone(current)) {
+          return yield* forbidden("No active subscription: subscribe with POST /account/subscribe")
+        }
+        if (current.value.status === "pending") return yield* accountPending
+        const plan = planOf(current.value.plan)
+        if (current.value.events_used >= plan.monthlyEventLimit) return yield* limitReached(plan, current.value)
+        return { subscription: current.value, plan }
+      })
+
+    const limitReached = (plan: Plan, current: SubscriptionRow) =>
+      tooManyRequests(
+        `Monthly event limit of ${plan.monthlyEventLimit} reached for plan ${plan.name}; it resets at ${current.period_end.toISOString()}`
+      )
+
+    /**
+     * Takes one event of the monthly allowance, atomically: concurrent callers can never take
+     * more than the limit. Run inside the payment's transaction so a failed creation returns it.
+     */
+    const consumeEvent = (accountId: string) =>
+      Effect.gen(function*() {
+        const { plan, subscription } = yield* requireActive(accountId)
+        const taken = yield* sql`
+          UPDATE subscriptions SET events_used = events_used + 1, updated_at = now()
+          WHERE account_id = ${accountId} AND status = 'active' AND events_used < ${plan.monthlyEventLimit}
+          RETURNING events_used`.pipe(Effect.orDie)
+        if (taken.length === 0) return yield* limitReached(plan, subscription)
+      })
+
+    /**
+     * Creates or changes the plan. A pending subscription becomes active and keeps its usage
+     * and period dates; a missing one starts a fresh period.
+     */
+    const subscribe = (accountId: string, plan: PlanName) =>
+      sql`
+        INSERT INTO subscriptions (account_id, plan, status, period_start, period_end)
+        VALUES (${accountId}, ${plan}, 'active', now(), now() + make_interval(days => ${BILLING_PERIOD_DAYS}))
+        ON CONFLICT (account_id) DO UPDATE SET plan = EXCLUDED.plan, status = 'active', updated_at = now()`
+
+    /** Signup donation confirmed: the pending subscription becomes active, same key. */
+    const activate = (accountId: string) =>
+      sql`UPDATE subscriptions SET status = 'active', updated_at = now() WHERE account_id = ${accountId} AND status = 'pending'`
+
+    return { authenticate, create, find, subscription, requireActive, consumeEvent, subscribe, activate, plans: planTable, planOf } as const
+  })
+}) {}

@@ -1,0 +1,155 @@
+import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
+import { Schema } from "effect"
+import { DonationChainName } from "../Domain/Chain.ts"
+import { UsdAmountInput } from "../Domain/Money.ts"
+import {
+  BadRequestResponse,
+  NotFoundResponse,
+  UpstreamErrorResponse
+} from "../Http/Errors.ts"
+import { healthEndpoint } from "../Health/Api.ts"
+import { Authentication } from "./Authentication.ts"
+import { PlanName } from "./Plans.ts"
+
+const DateTimeString = Schema.String.annotations({ description: "ISO 8601 UTC timestamp", format: "date-time" })
+const DecimalString = Schema.String.annotations({ description: "Exact decimal number as a string" })
+const ApiKey = Schema.String.annotations({ description: "64 hexadecimal characters; shown once, not recoverable" })
+const Email = Schema.String.pipe(
+  Schema.maxLength(254),
+  Schema.pattern(/^[^\s@]+@[^\s@]+\.[^\s@]+$/, { message: () => "must be an e-mail address" })
+)
+
+export class PlanOut extends Schema.Class<PlanOut>("PlanOut")({
+  name: PlanName,
+  monthly_event_limit: Schema.Int,
+  monthly_price_usd: Schema.Int
+}) {}
+
+export class SignupOptionsChain extends Schema.Class<SignupOptionsChain>("SignupOptionsChain")({
+  chain: DonationChainName,
+  address: Schema.String,
+  symbol: Schema.String,
+  auto_verify: Schema.Boolean
+}) {}
+
+export class SignupOptionsPlan extends Schema.Class<SignupOptionsPlan>("SignupOptionsPlan")({
+  name: PlanName,
+  monthly_event_limit: Schema.Int,
+  monthly_price_usd: Schema.Int,
+  min_donation_usd: Schema.Int
+}) {}
+
+export class SignupOptionsOut extends Schema.Class<SignupOptionsOut>("SignupOptionsOut")({
+  min_donation_usd: Schema.Int,
+  chains: Schema.Array(SignupOptionsChain),
+  plans: Schema.Array(SignupOptionsPlan)
+}) {}
+
+export class SignupIn extends Schema.Class<SignupIn>("SignupIn")({
+  method: Schema.Literal("donation", "subscribe"),
+  chain: Schema.optionalWith(Schema.NullOr(Schema.String.pipe(Schema.maxLength(64))), { default: () => null }),
+  usd_amount: Schema.optionalWith(Schema.NullOr(UsdAmountInput), { default: () => null }),
+  plan: Schema.optionalWith(Schema.String.pipe(Schema.maxLength(64)), { default: () => "starter" }),
+  email: Schema.optionalWith(Schema.NullOr(Email), { default: () => null })
+}) {}
+
+export class DonationIntentOut extends Schema.Class<DonationIntentOut>("DonationIntentOut")({
+  intent_id: Schema.UUID,
+  chain: DonationChainName,
+  address: Schema.String,
+  amount_native: DecimalString,
+  amount_smallest: DecimalString,
+  usd_amount: DecimalString,
+  expires_at: DateTimeString
+}) {}
+
+export class DonationSignupOut extends Schema.Class<DonationSignupOut>("DonationSignupOut")({
+  api_key: ApiKey,
+  user_id: Schema.UUID,
+  plan: PlanName,
+  account_status: Schema.Literal("pending"),
+  donation: DonationIntentOut
+}) {}
+
+export class SignupOut extends Schema.Class<SignupOut>("SignupOut")({
+  user_id: Schema.UUID,
+  api_key: ApiKey,
+  plan: PlanName,
+  account_status: Schema.Literal("active")
+}) {}
+
+export class IntentStatusOut extends Schema.Class<IntentStatusOut>("IntentStatusOut")({
+  intent_id: Schema.UUID,
+  status: Schema.Literal("PENDING", "CONFIRMED", "EXPIRED"),
+  account_status: Schema.Literal("pending", "active"),
+  chain: DonationChainName,
+  amount_native: DecimalString,
+  tx_hash: Schema.NullOr(Schema.String),
+  expires_at: DateTimeString
+}) {}
+
+export class AccountOut extends Schema.Class<AccountOut>("AccountOut")({
+  user_id: Schema.UUID,
+  email: Schema.NullOr(Schema.String),
+  plan: Schema.NullOr(PlanName),
+  status: Schema.NullOr(Schema.Literal("active", "pending")),
+  events_used: Schema.NullOr(Schema.Int),
+  monthly_event_limit: Schema.NullOr(Schema.Int),
+  period_end: Schema.NullOr(DateTimeString),
+  pending_donation: Schema.NullOr(DonationIntentOut)
+}) {}
+
+export class SubscribeIn extends Schema.Class<SubscribeIn>("SubscribeIn")({
+  plan: Schema.String.pipe(Schema.maxLength(64))
+}) {}
+
+const IntentId = Schema.Struct({ intent_id: Schema.String })
+
+export class PublicApi extends HttpApiGroup.make("public")
+  .add(
+    HttpApiEndpoint.get("signupOptions", "/signup/options")
+      .addSuccess(SignupOptionsOut)
+      .annotate(OpenApi.Summary, "Donation chains, addresses and plans for signing up")
+  )
+  .add(
+    HttpApiEndpoint.post("signup", "/signup")
+      .setPayload(SignupIn)
+      .addSuccess(Schema.Union(DonationSignupOut, SignupOut))
+      .addError(BadRequestResponse)
+      .addError(UpstreamErrorResponse)
+      .annotate(
+        OpenApi.Description,
+        "Sign up by donation (returns the API key at once with a pending account, activated when the donation is confirmed) or by subscribing to a paid plan (active at once)."
+      )
+      .annotate(OpenApi.Summary, "Create an account and get an API key")
+  )
+  .add(
+    HttpApiEndpoint.get("signupStatus", "/signup/:intent_id")
+      .setPath(IntentId)
+      .addSuccess(IntentStatusOut)
+      .addError(NotFoundResponse)
+      .annotate(OpenApi.Summary, "Status of a signup donation")
+  )
+  .add(
+    HttpApiEndpoint.get("plans", "/plans")
+      .addSuccess(Schema.Array(PlanOut))
+      .annotate(OpenApi.Summary, "Available plans")
+  )
+  .add(healthEndpoint)
+{}
+
+export class AccountApi extends HttpApiGroup.make("account")
+  .add(
+    HttpApiEndpoint.get("account", "/account")
+      .addSuccess(AccountOut)
+      .annotate(OpenApi.Summary, "The caller's account and subscription")
+  )
+  .add(
+    HttpApiEndpoint.post("subscribe", "/account/subscribe")
+      .setPayload(SubscribeIn)
+      .addSuccess(AccountOut)
+      .addError(BadRequestResponse)
+      .annotate(OpenApi.Summary, "Create or change the subscription plan")
+  )
+  .middleware(Authentication)
+{}

@@ -1,0 +1,171 @@
+/**
+ * Signup, pending-account flow: a donation signup returns the API key at once with a pending
+ * subscription and a signup intent; the intent's confirmation on chain activates the account.
+ */
+import { SqlClient } from "@effect/sql"
+import { BigDecimal, Effect, Option } from "effect"
+import { randomUUID } from "node:crypto"
+import { chainOfDonationChain, chains, type DonationChainName, donationChainNames } from "../Domain/Chain.ts"
+import { formatDecimal, formatSmallest } from "../Domain/Money.ts"
+import { DonationAddresses } from "../Donations/DonationAddresses.ts"
+import { badRequest, notFound } from "../Http/Errors.ts"
+import { isUuid } from "../Http/Ids.ts"
+import { toUpstream } from "../Http/Upstream.ts"
+import { effectiveStatus, expiresAfter, Lifetimes } from "../Watches/Lifetimes.ts"
+import { Watches } from "../Watches/Watches.ts"
+import { Accounts } from "./Accounts.ts"
+import { DonationIntentOut, DonationSignupOut, IntentStatusOut, type SignupIn, SignupOut } from "./Api.ts"
+import { isPlanName, paidPlans } from "./Plans.ts"
+
+interface IntentRow {
+  readonly id: string
+  readonly account_id: string
+  readonly status: "PENDING" | "CONFIRMED" | "EXPIRED"
+  readonly chain: DonationChainName
+  readonly address: string
+  readonly amount_smallest: string
+  readonly usd_amount: string
+  readonly tx_hash: string | null
+  readonly expires_at: Date
+}
+
+const decimalsOf = (chain: DonationChainName) => chains[chainOfDonationChain(chain)].decimals
+
+export const intentOut = (row: IntentRow) =>
+  new DonationIntentOut({
+    intent_id: row.id,
+    chain: row.chain,
+    address: row.address,
+    amount_native: formatSmallest(BigInt(row.amount_smallest), decimalsOf(row.chain)),
+    amount_smallest: row.amount_smallest,
+    usd_amount: row.usd_amount,
+    expires_at: row.expires_at.toISOString()
+  })
+
+export const isDonationChain = (chain: string): chain is DonationChainName =>
+  (donationChainNames as ReadonlyArray<string>).includes(chain)
+
+export class Signup extends Effect.Service<Signup>()("confirmd/Signup", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const accounts = yield* Accounts
+    const donations = yield* DonationAddresses
+    const watches = yield* Watches
+    const lifetimes = yield* Lifetimes
+
+    const donationTarget = (chain: string | null) =>
+      Effect.gen(function*() {
+        if (chain === null) return yield* badRequest("chain is required for method 'donation'")
+        if (!isDonationChain(chain)) {
+          return yield* badRequest(`Unsupported donation chain '${chain}'`, `Use one of: ${donationChainNames.join(", ")}`)
+        }
+        return yield* Option.match(donations.find(chain), {
+          onNone: () => badRequest(`Donations on '${chain}' are not available on this deployment`),
+          onSome: Effect.succeed
+        })
+      })
+
+    const subscribe = (input: SignupIn) =>
+      Effect.gen(function*() {
+        if (!(paidPlans as ReadonlyArray<string>).includes(input.plan)) {
+          return yield* badRequest(`Plan '${input.plan}' cannot be subscribed to`, `Use one of: ${paidPlans.join(", ")}`)
+        }
+        const plan = input.plan as (typeof paidPlans)[number]
+        const { apiKey, id } = yield* accounts.create({ email: input.email, plan, status: "active" }).pipe(
+          sql.withTransaction,
+          Effect.orDie
+        )
+        return new SignupOut({ user_id: id, api_key: apiKey, plan, account_status: "active" })
+      })
+
+    const donate = (input: SignupIn, usd: BigDecimal.BigDecimal) =>
+      Effect.gen(function*() {
+        if (!isPlanName(input.plan)) return yield* badRequest(`Unknown plan '${input.plan}'`)
+        const plan = accounts.planOf(input.plan)
+        const target = yield* donationTarget(input.chain)
+        if (BigDecimal.lessThan(usd, BigDecimal.fromBigInt(BigInt(plan.minDonationUsd)))) {
+          return yield* badRequest(`The minimum donation for plan '${plan.name}' is ${plan.minDonationUsd} USD`)
+        }
+        const chain = chainOfDonationChain(target.chain)
+        const quote = yield* watches.quote(chain, usd).pipe(Effect.mapError(toUpstream))
+        const intentId = randomUUID()
+        const expiresAt = expiresAfter(lifetimes.signupIntent)
+        const usdText = formatDecimal(usd)
+        const { account, amount } = yield* Effect.gen(function*() {
+          const account = yield* accounts.create({ email: input.email, plan: plan.name, status: "pending" })
+          const amount = yield* watches.open({
+            id: intentId,
+            kind: "intent",
+            chain,
+            address: target.address,
+            amount: quote.amount,
+            startBlock: quote.head,
+            expiresAt
+          })
+          yield* sql`
+            INSERT INTO signup_intents (id, account_id, chain, address, amount_smallest, usd_amount, status, start_block, expires_at)
+            VALUES (${intentId}, ${account.id}, ${target.chain}, ${target.address}, ${amount.toString()}::numeric,
+                    ${usdText}::numeric, 'PENDING', ${quote.head === null ? null : String(quote.head)}::bigint, ${expiresAt})`
+          return { account, amount }
+        }).pipe(sql.withTransaction, Effect.orDie)
+        return new DonationSignupOut({
+          api_key: account.apiKey,
+          user_id: account.id,
+          plan: plan.name,
+          account_status: "pending",
+          donation: new DonationIntentOut({
+            intent_id: intentId,
+            chain: target.chain,
+            address: target.address,
+            amount_native: formatSmallest(amount, decimalsOf(target.chain)),
+            amount_smallest: amount.toString(),
+            usd_amount: usdText,
+            expires_at: expiresAt.toISOString()
+          })
+        })
+      })
+
+    const signup = (input: SignupIn) => {
+      if (input.method === "subscribe") return subscribe(input)
+      if (input.usd_amount === null) return Effect.fail(badRequest("usd_amount is required for method 'donation'"))
+      return donate(input, input.usd_amount)
+    }
+
+    const selectIntent = sql.literal(
+      `SELECT id, account_id, ${effectiveStatus} AS status, chain, address, amount_smallest::text AS amount_smallest,
+              usd_amount::text AS usd_amount, tx_hash, expires_at FROM signup_intents`
+    )
+
+    const status = (intentId: string) =>
+      Effect.gen(function*() {
+        const missing = notFound(`Signup intent '${intentId.slice(0, 64)}' not found`)
+        if (!isUuid(intentId)) return yield* missing
+        const rows = yield* sql<IntentRow & { account_status: "pending" | "active" | null }>`
+          SELECT i.*, s.status AS account_status
+          FROM (${selectIntent} WHERE id = ${intentId}) i
+          LEFT JOIN subscriptions s ON s.account_id = i.account_id`.pipe(Effect.orDie)
+        const row = rows[0]
+        if (row === undefined) return yield* missing
+        return new IntentStatusOut({
+          intent_id: row.id,
+          status: row.status,
+          account_status: row.account_status === "active" ? "active" : "pending",
+          chain: row.chain,
+          amount_native: formatSmallest(BigInt(row.amount_smallest), decimalsOf(row.chain)),
+          tx_hash: row.tx_hash,
+          expires_at: row.expires_at.toISOString()
+        })
+      })
+
+    /** The newest still-pending signup intent of the account, for GET /account. */
+    const pendingDonation = (accountId: string) =>
+      sql<IntentRow>`
+        SELECT * FROM (${selectIntent} WHERE account_id = ${accountId}) i
+        WHERE status = 'PENDING' ORDER BY expires_at DESC LIMIT 1`.pipe(
+        Effect.orDie,
+        Effect.map((rows) => rows[0] ? intentOut(rows[0]) : null)
+      )
+
+    return { signup, status, pendingDonation } as const
+  })
+}) {}

@@ -1,0 +1,88 @@
+import { SqlClient } from "@effect/sql"
+import { Effect, Either } from "effect"
+import { canonicalAddress, bitcoinParamsConfig } from "../Domain/Address.ts"
+import { type ChainName, chainNames } from "../Domain/Chain.ts"
+import { badRequest, notFound } from "../Http/Errors.ts"
+
+export interface AddressRow {
+  readonly chain: string
+  readonly address: string
+}
+
+export const isChainName = (chain: string): chain is ChainName => (chainNames as ReadonlyArray<string>).includes(chain)
+
+export const unsupportedChain = (chain: string) =>
+  badRequest(`Unsupported chain '${chain}'`, `Supported chains: ${chainNames.join(", ")}`)
+
+export class Addresses extends Effect.Service<Addresses>()("confirmd/Addresses", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const bitcoin = yield* bitcoinParamsConfig
+
+    /** Canonical form of a merchant or donation address, or a 400 naming the problem. */
+    const canonical = (chain: ChainName, raw: string) =>
+      Either.match(canonicalAddress(chain, raw, bitcoin), {
+        onLeft: (message) => Effect.fail(badRequest(`Invalid ${chain} address '${raw.slice(0, 128)}': ${message}`)),
+        onRight: Effect.succeed
+      })
+
+    /** Registers all or none; returns the caller's addresses named in the request. */
+    const add = (accountId: string, chainInput: string, raws: ReadonlyArray<string>) =>
+      Effect.gen(function*() {
+        if (!isChainName(chainInput)) return yield* unsupportedChain(chainInput)
+        const chain = chainInput
+        const canonicals = yield* Effect.forEach(raws, (raw) => canonical(chain, raw))
+        const unique = [...new Set(canonicals)]
+        yield* sql`
+          INSERT INTO addresses ${sql.insert(unique.map((address) => ({ account_id: accountId, chain, address })))}
+          ON CONFLICT DO NOTHING`.pipe(Effect.orDie)
+        return unique.map((address): AddressRow => ({ chain, address }))
+      })
+
+    const list = (accountId: string) =>
+      sql<AddressRow>`
+        SELECT chain, address FROM addresses WHERE account_id = ${accountId}
+        ORDER BY created_at, chain, address`.pipe(Effect.orDie)
+
+    const hasAny = (accountId: string, chain: ChainName) =>
+      sql`SELECT 1 FROM addresses WHERE account_id = ${accountId} AND chain = ${chain} LIMIT 1`.pipe(
+        Effect.orDie,
+        Effect.map((rows) => rows.length > 0)
+      )
+
+    /**
+     * Removes the address (on one chain when given). The address is matched as stored or in
+     * lowercase, since EVM and bech32 addresses are stored lowercased.
+     */
+    const remove = (accountId: string, raw: string, chainInput: string | undefined) =>
+      Effect.gen(function*() {
+        if (chainInput !== undefined && !isChainName(chainInput)) return yield* unsupportedChain(chainInput)
+        const candidates = [...new Set([raw, raw.toLowerCase()])]
+        const deleted = yield* sql<AddressRow>`
+          DELETE FROM addresses
+          WHERE account_id = ${accountId} AND address IN ${sql.in(candidates)}
+            ${chainInput === undefined ? sql`` : sql`AND chain = ${chainInput}`}
+          RETURNING chain, address`.pipe(Effect.orDie)
+        if (deleted.length === 0) return yield* notFound(`Address '${raw.slice(0, 128)}' not found`)
+        return deleted[0]!.address
+      })
+
+    /**
+     * Allocates a receive address for a payment: the least-used one, so payments spread over
+     * all of the caller's addresses on that chain. Runs inside the payment's transaction.
+     */
+    const allocate = (accountId: string, chain: ChainName) =>
+      sql<{ address: string }>`
+        UPDATE addresses SET allocations = allocations + 1
+        WHERE (account_id, chain, address) = (
+          SELECT account_id, chain, address FROM addresses
+          WHERE account_id = ${accountId} AND chain = ${chain}
+          ORDER BY allocations, created_at, address
+          LIMIT 1
+          FOR UPDATE
+        )
+        RETURNING address`.pipe(Effect.map((rows) => rows[0]?.address))
+
+    return { canonical, add, list, hasAny, remove, allocate } as const
+  })
+}) {}

@@ -1,0 +1,52 @@
+import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
+import { Schema } from "effect"
+import { DonationChainName } from "../Domain/Chain.ts"
+import { UsdAmountInput } from "../Domain/Money.ts"
+import { BadRequestResponse, NotFoundResponse, UpstreamErrorResponse } from "../Http/Errors.ts"
+
+const DecimalString = Schema.String.annotations({ description: "Exact decimal number as a string" })
+
+export class ChallengeIn extends Schema.Class<ChallengeIn>("ChallengeIn")({
+  chain: Schema.String.pipe(Schema.maxLength(64)),
+  usd_amount: UsdAmountInput,
+  callback_url: Schema.optionalWith(Schema.NullOr(Schema.String.pipe(Schema.maxLength(2048))), {
+    default: () => null
+  })
+}) {}
+
+export class ChallengeOut extends Schema.Class<ChallengeOut>("ChallengeOut")({
+  challenge_id: Schema.UUID,
+  chain: DonationChainName,
+  address: Schema.String,
+  amount_native: DecimalString,
+  amount_smallest: DecimalString,
+  usd_amount: DecimalString,
+  expires_at: Schema.String
+}) {}
+
+export class ChallengeStatusOut extends Schema.Class<ChallengeStatusOut>("ChallengeStatusOut")({
+  challenge_id: Schema.UUID,
+  status: Schema.Literal("PENDING", "CONFIRMED", "EXPIRED"),
+  chain: DonationChainName,
+  amount_native: DecimalString,
+  tx_hash: Schema.NullOr(Schema.String),
+  expires_at: Schema.String
+}) {}
+
+export class ChallengesApi extends HttpApiGroup.make("challenges")
+  .add(
+    HttpApiEndpoint.post("create", "/challenges")
+      .setPayload(ChallengeIn)
+      .addSuccess(ChallengeOut)
+      .addError(BadRequestResponse)
+      .addError(UpstreamErrorResponse)
+      .annotate(OpenApi.Summary, "Create an exact-amount public donation challenge")
+  )
+  .add(
+    HttpApiEndpoint.get("get", "/challenges/:challenge_id")
+      .setPath(Schema.Struct({ challenge_id: Schema.String }))
+      .addSuccess(ChallengeStatusOut)
+      .addError(NotFoundResponse)
+      .annotate(OpenApi.Summary, "A challenge's status")
+  )
+{}

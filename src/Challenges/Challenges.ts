@@ -1,0 +1,114 @@
+/** Public donation challenges: an exact-amount donation request anyone can create and poll. */
+import { SqlClient } from "@effect/sql"
+import { BigDecimal, Config, ConfigError, Effect, Either, Option } from "effect"
+import { randomUUID } from "node:crypto"
+import { isDonationChain } from "../Accounts/Signup.ts"
+import { chainOfDonationChain, chains, type DonationChainName, donationChainNames } from "../Domain/Chain.ts"
+import { formatDecimal, formatSmallest, parseDecimal } from "../Domain/Money.ts"
+import { DonationAddresses } from "../Donations/DonationAddresses.ts"
+import { badRequest, notFound } from "../Http/Errors.ts"
+import { isUuid } from "../Http/Ids.ts"
+import { toUpstream } from "../Http/Upstream.ts"
+import { effectiveStatus, expiresAfter, Lifetimes } from "../Watches/Lifetimes.ts"
+import { Watches } from "../Watches/Watches.ts"
+import { checkCallbackUrl } from "../Webhooks/CallbackUrl.ts"
+import { type ChallengeIn, ChallengeOut, ChallengeStatusOut } from "./Api.ts"
+
+interface ChallengeRow {
+  readonly id: string
+  readonly status: "PENDING" | "CONFIRMED" | "EXPIRED"
+  readonly chain: DonationChainName
+  readonly amount_smallest: string
+  readonly tx_hash: string | null
+  readonly expires_at: Date
+}
+
+/** `CHALLENGE_MIN_USD`, default 1: the smallest challenge accepted. */
+const ChallengeMinUsd = Config.string("CHALLENGE_MIN_USD").pipe(
+  Config.withDefault("1"),
+  Config.mapOrFail((text) =>
+    Either.fromOption(
+      Option.filter(parseDecimal(text), (d) => BigDecimal.isPositive(d)),
+      () => ConfigError.InvalidData([], "CHALLENGE_MIN_USD must be a positive decimal number of USD")
+    )
+  )
+)
+
+export class Challenges extends Effect.Service<Challenges>()("confirmd/Challenges", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const donations = yield* DonationAddresses
+    const watches = yield* Watches
+    const lifetimes = yield* Lifetimes
+    const minUsd = yield* ChallengeMinUsd
+
+    const create = (input: ChallengeIn) =>
+      Effect.gen(function*() {
+        if (!isDonationChain(input.chain)) {
+          return yield* badRequest(`Unsupported chain '${input.chain}'`, `Use one of: ${donationChainNames.join(", ")}`)
+        }
+        const target = yield* Option.match(donations.find(input.chain), {
+          onNone: () => badRequest(`Donations on '${input.chain}' are not available on this deployment`),
+          onSome: Effect.succeed
+        })
+        if (BigDecimal.lessThan(input.usd_amount, minUsd)) {
+          return yield* badRequest(`The minimum challenge amount is ${formatDecimal(minUsd)} USD`)
+        }
+        if (input.callback_url !== null) {
+          yield* checkCallbackUrl(input.callback_url).pipe(Effect.mapError((e) => badRequest(e.message)))
+        }
+        const chain = chainOfDonationChain(target.chain)
+        const quote = yield* watches.quote(chain, input.usd_amount).pipe(Effect.mapError(toUpstream))
+        const id = randomUUID()
+        const expiresAt = expiresAfter(lifetimes.challenge)
+        const usd = formatDecimal(input.usd_amount)
+        const amount = yield* Effect.gen(function*() {
+          const amount = yield* watches.open({
+            id,
+            kind: "challenge",
+            chain,
+            address: target.address,
+            amount: quote.amount,
+            startBlock: quote.head,
+            expiresAt
+          })
+          yield* sql`
+            INSERT INTO challenges (id, chain, address, amount_smallest, usd_amount, callback_url, status, start_block, expires_at)
+            VALUES (${id}, ${target.chain}, ${target.address}, ${amount.toString()}::numeric, ${usd}::numeric,
+                    ${input.callback_url}, 'PENDING', ${quote.head === null ? null : String(quote.head)}::bigint, ${expiresAt})`
+          return amount
+        }).pipe(sql.withTransaction, Effect.orDie)
+        return new ChallengeOut({
+          challenge_id: id,
+          chain: target.chain,
+          address: target.address,
+          amount_native: formatSmallest(amount, chains[chain].decimals),
+          amount_smallest: amount.toString(),
+          usd_amount: usd,
+          expires_at: expiresAt.toISOString()
+        })
+      })
+
+    const get = (challengeId: string) =>
+      Effect.gen(function*() {
+        const missing = notFound(`Challenge '${challengeId.slice(0, 64)}' not found`)
+        if (!isUuid(challengeId)) return yield* missing
+        const rows = yield* sql<ChallengeRow>`
+          SELECT id, ${sql.literal(effectiveStatus)} AS status, chain, amount_smallest::text AS amount_smallest,
+                 tx_hash, expires_at
+          FROM challenges WHERE id = ${challengeId}`.pipe(Effect.orDie)
+        const row = rows[0]
+        if (row === undefined) return yield* missing
+        return new ChallengeStatusOut({
+          challenge_id: row.id,
+          status: row.status,
+          chain: row.chain,
+          amount_native: formatSmallest(BigInt(row.amount_smallest), chains[chainOfDonationChain(row.chain)].decimals),
+          tx_hash: row.tx_hash,
+          expires_at: row.expires_at.toISOString()
+        })
+      })
+
+    return { create, get } as const
+  })
+}) {}

@@ -1,0 +1,56 @@
+import { Schema } from "effect"
+
+/** Merchant-side chain names (SPEC.md). */
+export const ChainName = Schema.Literal(
+  "bitcoin",
+  "ethereum",
+  "base",
+  "arbitrum",
+  "optimism",
+  "polygon",
+  "bnb",
+  "avalanche",
+  "linea",
+  "zksync"
+)
+export type ChainName = typeof ChainName.Type
+
+export const chainNames: ReadonlyArray<ChainName> = ChainName.literals
+
+/** Donation-side chain names; `binance` is the merchant chain `bnb`. */
+export const DonationChainName = Schema.Literal("bitcoin", "ethereum", "binance")
+export type DonationChainName = typeof DonationChainName.Type
+
+export const donationChainNames: ReadonlyArray<DonationChainName> = DonationChainName.literals
+
+export const chainOfDonationChain = (chain: DonationChainName): ChainName =>
+  chain === "binance" ? "bnb" : chain
+
+/** Native token symbols whose USD price the service needs. */
+export const Symbol = Schema.Literal("BTC", "ETH", "POL", "BNB", "AVAX")
+export type Symbol = typeof Symbol.Type
+
+export interface ChainInfo {
+  readonly name: ChainName
+  /** EVM chain id; null for bitcoin. */
+  readonly chainId: number | null
+  readonly symbol: Symbol
+  readonly decimals: number
+  /** Typical block interval, used for the default polling interval. */
+  readonly blockTimeMs: number
+}
+
+export const chains: Readonly<Record<ChainName, ChainInfo>> = {
+  bitcoin: { name: "bitcoin", chainId: null, symbol: "BTC", decimals: 8, blockTimeMs: 600_000 },
+  ethereum: { name: "ethereum", chainId: 1, symbol: "ETH", decimals: 18, blockTimeMs: 12_000 },
+  base: { name: "base", chainId: 8453, symbol: "ETH", decimals: 18, blockTimeMs: 2_000 },
+  arbitrum: { name: "arbitrum", chainId: 42161, symbol: "ETH", decimals: 18, blockTimeMs: 250 },
+  optimism: { name: "optimism", chainId: 10, symbol: "ETH", decimals: 18, blockTimeMs: 2_000 },
+  polygon: { name: "polygon", chainId: 137, symbol: "POL", decimals: 18, blockTimeMs: 2_000 },
+  bnb: { name: "bnb", chainId: 56, symbol: "BNB", decimals: 18, blockTimeMs: 750 },
+  avalanche: { name: "avalanche", chainId: 43114, symbol: "AVAX", decimals: 18, blockTimeMs: 2_000 },
+  linea: { name: "linea", chainId: 59144, symbol: "ETH", decimals: 18, blockTimeMs: 2_000 },
+  zksync: { name: "zksync", chainId: 324, symbol: "ETH", decimals: 18, blockTimeMs: 1_000 }
+}
+
+export const isEvm = (chain: ChainName): boolean => chain !== "bitcoin"

@@ -1,0 +1,117 @@
+/**
+ * /llms.txt and /llms-full.txt. The reference part is rendered from the OpenAPI document of
+ * the HttpApi definition, so it cannot drift from what the service serves.
+ */
+import { OpenApi } from "@effect/platform"
+import { ConfirmdApi } from "../Api.ts"
+
+type Json = { readonly [key: string]: unknown }
+
+const isObject = (value: unknown): value is Json => typeof value === "object" && value !== null && !Array.isArray(value)
+
+export const guide = `# confirmd
+
+> Multi-tenant blockchain confirmation monitor. Register your own wallet addresses, create a
+> payment in USD, and receive a webhook when the exact native-token amount has reached its
+> confirmations. confirmd never holds keys or funds: payers pay your address directly.
+
+Chains: bitcoin, ethereum, base, arbitrum, optimism, polygon, bnb, avalanche, linea, zksync.
+Donation chains (signup and challenges): bitcoin, ethereum, binance (= bnb).
+
+## Integrate in five steps
+
+1. Get an API key: \`POST /signup\` with \`{"method":"subscribe","plan":"growth"}\` (active at
+   once), or \`{"method":"donation","chain":"ethereum","usd_amount":"5"}\` (the key works at once
+   for account and address calls; payments need the donation to confirm, see \`GET /signup/{intent_id}\`).
+   The key (64 hex characters) is shown once: store it.
+2. Send it as the \`X-API-Key\` header on \`/addresses\`, \`/payments\` and \`/account\`.
+3. Register receive addresses: \`POST /addresses\` with \`{"chain":"ethereum","addresses":["0x…"]}\`.
+4. Create a payment: \`POST /payments\` with \`{"usd_amount":"25.00","chain":"ethereum","callback_url":"https://you.example/hook"}\`.
+   Show the payer \`address\` and \`amount_native\`; the payer must send exactly that amount.
+   \`amount_wei\` is the same amount in the smallest unit (satoshis on bitcoin).
+5. When the transfer has its confirmations (default 2), confirmd POSTs JSON to your
+   \`callback_url\`: \`paymentId, userId, chain, address, txHash, blockNumber, confirmations,
+   expectedAmountWei\`. Answer 2xx; other answers are retried (1 s doubling to 30 s, 6 attempts).
+   Callbacks may repeat: handle them idempotently by \`paymentId\`. Poll \`GET /payments/{id}\` to reconcile.
+
+## Rules worth knowing
+
+- Amounts are decimal strings; never round them.
+- Payments expire after an hour (status \`EXPIRED\`); a transfer after expiry does not match.
+- Each payment consumes one event of the plan's monthly allowance; at the limit you get 429.
+- Errors: \`{"error":{"code","message","hint"}}\`; 422 puts the validation issues in \`hint\`.
+- Every response carries an \`X-Request-Id\` header.
+
+Full reference: /llms-full.txt. Machine-readable: /openapi.json. Interactive: /docs.
+`
+
+const resolve = (spec: Json, schema: unknown): Json => {
+  if (!isObject(schema)) return {}
+  const ref = schema["$ref"]
+  if (typeof ref === "string") {
+    const name = ref.split("/").pop() ?? ""
+    const components = isObject(spec.components) && isObject(spec.components.schemas) ? spec.components.schemas : {}
+    return resolve(spec, components[name])
+  }
+  return schema
+}
+
+const typeOf = (spec: Json, schema: unknown): string => {
+  const s = resolve(spec, schema)
+  for (const key of ["anyOf", "oneOf"] as const) {
+    const members = s[key]
+    if (Array.isArray(members)) return members.map((m) => typeOf(spec, m)).join(" | ")
+  }
+  if (Array.isArray(s.enum)) return s.enum.map((v) => JSON.stringify(v)).join(" | ")
+  if (s.type === "array") return `array of ${typeOf(spec, s.items)}`
+  if (s.type === "null") return "null"
+  if (typeof s.type === "string") return s.type
+  if (isObject(schema) && typeof schema["$ref"] === "string") return String(schema["$ref"]).split("/").pop() ?? "object"
+  return "any"
+}
+
+const fields = (spec: Json, schema: unknown): Array<string> => {
+  const s = resolve(spec, schema)
+  if (!isObject(s.properties)) return [`- ${typeOf(spec, schema)}`]
+  const required = Array.isArray(s.required) ? s.required : []
+  return Object.entries(s.properties).map(([name, property]) => {
+    const description = resolve(spec, property).description
+    return `- \`${name}\` (${typeOf(spec, property)}${required.includes(name) ? ", required" : ""})${
+      typeof description === "string" ? `: ${description}` : ""
+    }`
+  })
+}
+
+const jsonSchemaOf = (content: unknown): unknown =>
+  isObject(content) && isObject(content["application/json"]) ? content["application/json"].schema : undefined
+
+const reference = (spec: Json): string => {
+  const lines: Array<string> = ["## Endpoint reference", ""]
+  const paths = isObject(spec.paths) ? spec.paths : {}
+  for (const [path, operations] of Object.entries(paths)) {
+    if (!isObject(operations)) continue
+    for (const [method, operation] of Object.entries(operations)) {
+      if (!isObject(operation)) continue
+      lines.push(`### ${method.toUpperCase()} ${path}`, "")
+      if (typeof operation.summary === "string") lines.push(operation.summary, "")
+      if (typeof operation.description === "string") lines.push(operation.description, "")
+      const secured = Array.isArray(operation.security) && operation.security.length > 0
+      lines.push(`Auth: ${secured ? "`X-API-Key` header" : "none"}`, "")
+      const body = isObject(operation.requestBody) ? jsonSchemaOf(operation.requestBody.content) : undefined
+      if (body !== undefined) lines.push("Request body:", ...fields(spec, body), "")
+      const responses = isObject(operation.responses) ? operation.responses : {}
+      for (const [status, response] of Object.entries(responses)) {
+        if (!isObject(response)) continue
+        const schema = jsonSchemaOf(response.content)
+        if (status.startsWith("2")) {
+          lines.push(`Response ${status}:`, ...(schema === undefined ? ["- text/markdown"] : fields(spec, schema)), "")
+        }
+      }
+      const errors = Object.keys(responses).filter((status) => !status.startsWith("2"))
+      if (errors.length > 0) lines.push(`Error statuses: ${errors.join(", ")} (error envelope)`, "")
+    }
+  }
+  return lines.join("\n")
+}
+
+export const fullGuide = `${guide}\n${reference(OpenApi.fromApi(ConfirmdApi) as unknown as Json)}`

@@ -1,0 +1,106 @@
+/**
+ * The HTTP server: the HttpApi with its handlers, the spec's error envelope for everything
+ * that does not come from a handler (validation, unknown routes, oversized bodies, defects),
+ * and an `X-Request-Id` on every response.
+ */
+import {
+  HttpApiBuilder,
+  HttpApiSwagger,
+  HttpApp,
+  HttpMiddleware,
+  HttpServer,
+  HttpServerRequest,
+  HttpServerResponse
+} from "@effect/platform"
+import { HttpApiDecodeError } from "@effect/platform/HttpApiError"
+import { RequestError, RouteNotFound } from "@effect/platform/HttpServerError"
+import { NodeHttpServer } from "@effect/platform-node"
+import { Config, Effect, Layer, Option } from "effect"
+import { randomUUID } from "node:crypto"
+import { createServer } from "node:http"
+import { AccountLive, AuthenticationLive, PublicLive } from "../Accounts/Http.ts"
+import { AddressesLive } from "../Addresses/Http.ts"
+import { ConfirmdApi } from "../Api.ts"
+import { ChallengesLive } from "../Challenges/Http.ts"
+import { AgentsLive } from "../Health/Http.ts"
+import { PaymentsLive } from "../Payments/Http.ts"
+import { internalError, notFound, payloadTooLarge, validationError, type ValidationIssue } from "./Errors.ts"
+
+/** Request bodies are small JSON documents; anything larger is refused before parsing. */
+export const MAX_BODY_BYTES = 64 * 1024
+
+/**
+ * Failures raised around the handlers (body decoding, unknown routes, defects) become the
+ * spec's envelope here, inside the API, where declared errors are encoded.
+ */
+const RequestErrorsLive = HttpApiBuilder.middleware((app) =>
+  // The platform types the wrapped app as infallible, yet these failures do flow through it;
+  // their replacements are declared on the API (`addError`), so they get encoded.
+  Effect.gen(function*() {
+    const request = yield* HttpServerRequest.HttpServerRequest
+    if (Number(request.headers["content-length"] ?? "0") > MAX_BODY_BYTES) return yield* bodyTooLarge
+    return yield* (app as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, HttpServerRequest.HttpServerRequest>)
+      .pipe(HttpServerRequest.withMaxBodySize(Option.some(MAX_BODY_BYTES)))
+  }).pipe(
+    Effect.catchAll((error) => Effect.fail(toEnvelopeError(error))),
+    // The platform turns an unreadable body into a defect; it is the client's error, not ours.
+    Effect.catchAllDefect((defect) =>
+      defect instanceof RequestError
+        ? Effect.fail(toEnvelopeError(defect))
+        : Effect.logError("request failed with a defect", defect).pipe(Effect.zipRight(Effect.fail(internalError())))
+    )
+  ) as unknown as typeof app
+)
+
+const bodyTooLarge = Effect.fail(payloadTooLarge(`Request body exceeds ${MAX_BODY_BYTES} bytes`))
+
+const toEnvelopeError = (error: unknown): unknown => {
+  if (error instanceof HttpApiDecodeError) {
+    return validationError(error.issues.map((issue): ValidationIssue => ({
+      loc: ["body", ...issue.path.map((p) => typeof p === "symbol" ? String(p) : p)],
+      msg: issue.message,
+      type: issue._tag
+    })))
+  }
+  if (error instanceof RequestError) {
+    return error.cause instanceof Error && error.cause.message === "maxBytes exceeded"
+      ? payloadTooLarge(`Request body exceeds ${MAX_BODY_BYTES} bytes`)
+      : validationError([{ loc: ["body"], msg: "Request body is not valid JSON", type: "json_invalid" }])
+  }
+  if (error instanceof RouteNotFound) {
+    return notFound(`No route for ${error.request.method} ${error.request.url.split("?")[0]}`)
+  }
+  return error
+}
+
+/** Every response, whatever produced it, carries a fresh `X-Request-Id`, also set on the logs. */
+export const withRequestId = HttpMiddleware.make((app) =>
+  Effect.gen(function*() {
+    const requestId = randomUUID()
+    yield* HttpApp.appendPreResponseHandler((_request, response) =>
+      Effect.succeed(HttpServerResponse.setHeader(response, "x-request-id", requestId))
+    )
+    return yield* Effect.annotateLogs(app, "requestId", requestId)
+  })
+)
+
+const ApiLive = HttpApiBuilder.api(ConfirmdApi).pipe(
+  Layer.provide([PublicLive, AccountLive, AddressesLive, PaymentsLive, ChallengesLive, AgentsLive]),
+  Layer.provide(AuthenticationLive)
+)
+
+export const HttpLive = HttpApiBuilder.serve(withRequestId).pipe(
+  Layer.provide(HttpApiSwagger.layer({ path: "/docs" })),
+  Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
+  Layer.provide(RequestErrorsLive),
+  Layer.provide(ApiLive),
+  HttpServer.withLogAddress,
+  Layer.provide(
+    Layer.unwrapEffect(
+      Effect.map(
+        Config.integer("PORT").pipe(Config.withDefault(8080)),
+        (port) => NodeHttpServer.layer(createServer, { port, host: "0.0.0.0" })
+      )
+    )
+  )
+)

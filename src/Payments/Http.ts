@@ -1,0 +1,14 @@
+import { HttpApiBuilder } from "@effect/platform"
+import { Effect } from "effect"
+import { CurrentAccount } from "../Accounts/Authentication.ts"
+import { ConfirmdApi } from "../Api.ts"
+import { Payments } from "./Payments.ts"
+
+export const PaymentsLive = HttpApiBuilder.group(ConfirmdApi, "payments", (handlers) =>
+  Effect.gen(function*() {
+    const payments = yield* Payments
+    return handlers
+      .handle("create", ({ payload }) => Effect.flatMap(CurrentAccount, (account) => payments.create(account.id, payload)))
+      .handle("list", () => Effect.flatMap(CurrentAccount, (account) => payments.list(account.id)))
+      .handle("get", ({ path }) => Effect.flatMap(CurrentAccount, (account) => payments.get(account.id, path.payment_id)))
+  }))

@@ -1,0 +1,51 @@
+/**
+ * Moves PENDING payments, signup intents and challenges past their expiry to EXPIRED and closes
+ * their watches, so a late transfer no longer matches. Reads already show EXPIRED before this
+ * runs (see `effectiveStatus`); the sweeper makes it durable and frees the amounts.
+ */
+import { SqlClient } from "@effect/sql"
+import { Config, Duration, Effect, Layer, Schedule } from "effect"
+
+export const sweepExpired = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  return yield* sql<{ kind: string; expired: string }>`
+    WITH closed AS (
+      UPDATE watches SET open = false
+      WHERE open AND expires_at <= now()
+        AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = watches.id AND p.tx_hash IS NOT NULL)
+      RETURNING id, kind
+    ),
+    payments_expired AS (
+      UPDATE payments SET status = 'EXPIRED'
+      WHERE id IN (SELECT id FROM closed WHERE kind = 'payment') AND status = 'PENDING'
+      RETURNING id
+    ),
+    intents_expired AS (
+      UPDATE signup_intents SET status = 'EXPIRED'
+      WHERE id IN (SELECT id FROM closed WHERE kind = 'intent') AND status = 'PENDING'
+      RETURNING id
+    ),
+    challenges_expired AS (
+      UPDATE challenges SET status = 'EXPIRED'
+      WHERE id IN (SELECT id FROM closed WHERE kind = 'challenge') AND status = 'PENDING'
+      RETURNING id
+    )
+    SELECT 'payment' AS kind, count(*)::text AS expired FROM payments_expired
+    UNION ALL SELECT 'intent', count(*)::text FROM intents_expired
+    UNION ALL SELECT 'challenge', count(*)::text FROM challenges_expired`.pipe(sql.withTransaction)
+})
+
+/** A supervised fiber for the program's lifetime; a failed sweep is logged and tried again. */
+export const ExpirySweeperLive = Layer.scopedDiscard(
+  Effect.gen(function*() {
+    const every = yield* Config.integer("EXPIRY_SWEEP_SECONDS").pipe(Config.withDefault(5))
+    const sweep = sweepExpired.pipe(
+      Effect.tap((rows) => {
+        const total = rows.reduce((sum, row) => sum + Number(row.expired), 0)
+        return total > 0 ? Effect.logInfo(`expired ${total}`, rows) : Effect.void
+      }),
+      Effect.catchAllCause((cause) => Effect.logWarning("expiry sweep failed", cause))
+    )
+    yield* Effect.forkScoped(Effect.repeat(sweep, Schedule.spaced(Duration.seconds(every))))
+  })
+)

@@ -1,0 +1,23 @@
+import { Config, Duration } from "effect"
+
+const seconds = (name: string) =>
+  Config.integer(name).pipe(
+    Config.withDefault(3600),
+    Config.validate({ message: `${name} must be a positive number of seconds`, validation: (n) => n > 0 }),
+    Config.map(Duration.seconds)
+  )
+
+/** SPEC.md's lifetimes: payments (`PAYMENT_TTL`), signup intents, challenges; 3600 s each by default. */
+export const Lifetimes = Config.all({
+  payment: seconds("PAYMENT_TTL"),
+  signupIntent: seconds("SIGNUP_INTENT_TTL"),
+  challenge: seconds("CHALLENGE_TTL")
+})
+
+export const expiresAfter = (lifetime: Duration.Duration): Date => new Date(Date.now() + Duration.toMillis(lifetime))
+
+/**
+ * The status a reader sees: a PENDING row past its expiry with no transfer seen is EXPIRED even
+ * before the sweeper has written it.
+ */
+export const effectiveStatus = `CASE WHEN status = 'PENDING' AND tx_hash IS NULL AND expires_at <= now() THEN 'EXPIRED' ELSE status END`
