@@ -9,10 +9,8 @@ import { PGlite } from "@electric-sql/pglite"
 import { PGLiteSocketServer } from "@electric-sql/pglite-socket"
 import { Config, Duration, Effect, Layer, Option, Redacted } from "effect"
 import { mkdirSync } from "node:fs"
-import { fileURLToPath } from "node:url"
 import * as path from "node:path"
-
-export const migrationsDirectory = fileURLToPath(new URL("../../migrations", import.meta.url))
+import { loader } from "../../migrations/index.ts"
 
 const embeddedServer = (dataDir: string) =>
   Effect.acquireRelease(
@@ -57,7 +55,7 @@ const clientLayer = Layer.unwrapScoped(
 )
 
 const migratorLayer = PgMigrator.layer({
-  loader: PgMigrator.fromFileSystem(migrationsDirectory),
+  loader,
   table: "confirmd_migrations"
 }).pipe(Layer.provide(NodeContext.layer))
 

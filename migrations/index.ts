@@ -1,0 +1,10 @@
+/**
+ * The migrations, listed statically so that every runtime (tsx, vitest, a bundle) loads the
+ * same files; add a line for each new `<number>_<name>.ts`.
+ */
+import { Migrator } from "@effect/sql"
+
+export const loader = Migrator.fromGlob({
+  "./00001_accounts.ts": () => import("./00001_accounts.ts"),
+  "./00002_watches.ts": () => import("./00002_watches.ts")
+})

@@ -1,0 +1,126 @@
+/**
+ * The bitcoin client both backends (Core-style JSON-RPC, Esplora REST) implement, and the
+ * helpers they share.
+ */
+import type { HttpClient, HttpClientRequest } from "@effect/platform"
+import { Duration, Effect, Option, ParseResult, Schema } from "effect"
+import { type ChainBlock, type ChainTransfer, ChainUnavailable } from "./Block.ts"
+
+export interface BitcoinClient {
+  readonly backend: "rpc" | "esplora"
+  /** Height of the best block. */
+  readonly tipHeight: Effect.Effect<bigint, ChainUnavailable>
+  /** Hash of the best-chain block at `height`. */
+  readonly blockHash: (height: bigint) => Effect.Effect<string, ChainUnavailable>
+  /** The block with this hash, normalised. */
+  readonly block: (hash: string) => Effect.Effect<ChainBlock, ChainUnavailable>
+}
+
+export const unavailable = (message: string) => new ChainUnavailable({ chain: "bitcoin", message })
+
+const describeCause = (cause: unknown): string =>
+  cause instanceof Error
+    ? `: ${cause.message}${cause.cause instanceof Error ? ` (${cause.cause.message})` : ""}`
+    : ""
+
+/**
+ * Send a request and read its body, within `timeout`; any failure is ChainUnavailable.
+ * `label` names the call in messages (URLs may carry secrets, so they stay out).
+ */
+export const send = (
+  http: HttpClient.HttpClient,
+  request: HttpClientRequest.HttpClientRequest,
+  label: string,
+  timeout: Duration.Duration
+): Effect.Effect<{ readonly status: number; readonly body: string }, ChainUnavailable> =>
+  http.execute(request).pipe(
+    Effect.flatMap((response) => Effect.map(response.text, (body) => ({ status: response.status, body }))),
+    Effect.mapError((error) => unavailable(`${label}: ${error.reason} error${describeCause(error.cause)}`)),
+    Effect.timeoutFail({
+      duration: timeout,
+      onTimeout: () => unavailable(`${label}: no answer within ${Duration.format(timeout)}`)
+    })
+  )
+
+/**
+ * Quote every `"value": <number>` so amounts reach us as the node's decimal text instead of
+ * a JS float. Nothing else in these payloads contains a quote character inside a string.
+ */
+const quoteValues = (json: string): string =>
+  json.replace(/"value"\s*:\s*(-?[0-9][0-9.eE+-]*)/g, "\"value\":\"$1\"")
+
+/** Decode a JSON body whose `value` fields are kept as strings (see `quoteValues`). */
+export const decodeBody = <A, I>(schema: Schema.Schema<A, I>, what: string) => {
+  const decode = Schema.decodeUnknown(Schema.parseJson(schema))
+  return (body: string): Effect.Effect<A, ChainUnavailable> =>
+    decode(quoteValues(body)).pipe(
+      Effect.mapError((error) =>
+        unavailable(`unexpected ${what}: ${ParseResult.TreeFormatter.formatErrorSync(error)}`.slice(0, 1000))
+      )
+    )
+}
+
+/** Exact satoshis of a BTC amount written as a JSON number (`0.0001`, `50`, `1e-8`). */
+export const btcToSatoshis = (text: string): Option.Option<bigint> => {
+  const match = /^(\d+)(?:\.(\d+))?(?:[eE]([-+]?\d+))?$/.exec(text)
+  if (match === null) return Option.none()
+  const fraction = match[2] ?? ""
+  const digits = BigInt(match[1] + fraction)
+  const shift = Number(match[3] ?? "0") - fraction.length + 8
+  if (shift >= 0) return Option.some(digits * 10n ** BigInt(shift))
+  const unit = 10n ** BigInt(-shift)
+  return digits % unit === 0n ? Option.some(digits / unit) : Option.none()
+}
+
+/** A BTC decimal string decoded to satoshis; fails on fractions of a satoshi. */
+export const Btc = Schema.String.pipe(
+  Schema.transformOrFail(Schema.BigIntFromSelf, {
+    strict: true,
+    decode: (text, _, ast) =>
+      Option.match(btcToSatoshis(text), {
+        onNone: () => ParseResult.fail(new ParseResult.Type(ast, text, "not a BTC amount in whole satoshis")),
+        onSome: ParseResult.succeed
+      }),
+    encode: (sats, _, ast) => ParseResult.fail(new ParseResult.Forbidden(ast, sats, "decode only"))
+  })
+)
+
+/** An integer satoshi amount written as a JSON number. */
+export const Satoshis = Schema.String.pipe(Schema.pattern(/^\d+$/), Schema.compose(Schema.BigInt))
+
+export interface Output {
+  /** Undefined for outputs without a single address (OP_RETURN, bare multisig, ...). */
+  readonly address: string | undefined
+  readonly value: bigint
+}
+
+/** One transfer per paid address of a transaction, summing its outputs to that address. */
+export const transfersOfTx = (
+  txHash: string,
+  index: number,
+  outputs: Iterable<Output>
+): Array<ChainTransfer> => {
+  const sums = new Map<string, bigint>()
+  for (const { address, value } of outputs) {
+    if (address !== undefined && value > 0n) sums.set(address, (sums.get(address) ?? 0n) + value)
+  }
+  return Array.from(sums, ([to, value]) => ({ txHash, to, value, index }))
+}
+
+/** Hash of the genesis block's parent. */
+export const nullHash = "0".repeat(64)
+
+/** The request URL without user info, and that user info as Basic credentials (fetch rejects URLs with credentials). */
+export const splitCredentials = (
+  url: URL
+): { readonly url: string; readonly credentials: Option.Option<{ readonly user: string; readonly password: string }> } => {
+  const bare = new URL(url.href)
+  bare.username = ""
+  bare.password = ""
+  return {
+    url: bare.href,
+    credentials: url.username === "" && url.password === ""
+      ? Option.none()
+      : Option.some({ user: decodeURIComponent(url.username), password: decodeURIComponent(url.password) })
+  }
+}

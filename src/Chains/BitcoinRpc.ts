@@ -1,0 +1,130 @@
+/**
+ * Bitcoin Core–style JSON-RPC backend (also spoken by bcoin): `getblockcount`,
+ * `getblockhash`, `getblock <hash> 2`.
+ */
+import { HttpClient, HttpClientRequest } from "@effect/platform"
+import { Data, type Duration, Effect, Option, Ref, Schema } from "effect"
+import {
+  type BitcoinClient,
+  Btc,
+  decodeBody,
+  nullHash,
+  send,
+  splitCredentials,
+  transfersOfTx,
+  unavailable
+} from "./BitcoinClient.ts"
+import type { ChainUnavailable } from "./Block.ts"
+
+/** The node answered with a JSON-RPC error object. */
+class RpcError extends Data.TaggedError("RpcError")<{ readonly method: string; readonly code: number; readonly message: string }> {}
+
+const Envelope = Schema.Struct({
+  result: Schema.Unknown,
+  error: Schema.NullOr(Schema.Struct({ code: Schema.Number, message: Schema.String }))
+})
+
+const ScriptPubKey = Schema.Struct({
+  address: Schema.optional(Schema.String),
+  // Bitcoin Core before 22 and bcoin list the address in `addresses`.
+  addresses: Schema.optional(Schema.Array(Schema.String))
+})
+
+const RpcBlock = Schema.Struct({
+  hash: Schema.String,
+  height: Schema.Number,
+  time: Schema.Number,
+  // Absent (Core) or null (bcoin) on the genesis block.
+  previousblockhash: Schema.optional(Schema.NullOr(Schema.String)),
+  tx: Schema.Array(Schema.Struct({
+    txid: Schema.String,
+    vout: Schema.Array(Schema.Struct({ value: Btc, scriptPubKey: ScriptPubKey }))
+  }))
+})
+
+const addressOf = (script: typeof ScriptPubKey.Type): string | undefined =>
+  script.address ?? (script.addresses?.length === 1 ? script.addresses[0] : undefined)
+
+/** `url` may carry `user:password@`; it is sent as a Basic authorization header. */
+export const makeBitcoinRpc = (
+  url: URL,
+  timeout: Duration.Duration
+): Effect.Effect<BitcoinClient, never, HttpClient.HttpClient> =>
+  Effect.gen(function*() {
+    const http = yield* HttpClient.HttpClient
+    const endpoint = splitCredentials(url)
+    const decodeEnvelope = decodeBody(Envelope, "JSON-RPC answer")
+
+    const call = <A, I>(method: string, params: ReadonlyArray<unknown>, schema: Schema.Schema<A, I>) => {
+      const base = HttpClientRequest.post(endpoint.url).pipe(
+        HttpClientRequest.bodyUnsafeJson({ jsonrpc: "1.0", id: method, method, params })
+      )
+      const request = Option.match(endpoint.credentials, {
+        onNone: () => base,
+        onSome: ({ password, user }) => HttpClientRequest.basicAuth(base, user, password)
+      })
+      return send(http, request, `bitcoin RPC ${method}`, timeout).pipe(
+        Effect.flatMap(({ body, status }) =>
+          decodeEnvelope(body).pipe(
+            // Errors come as JSON with any status; a non-JSON body (e.g. 401) is described by its status.
+            Effect.mapError((e) =>
+              unavailable(`bitcoin RPC ${method}: ${status === 200 ? e.message : `HTTP ${status} ${body.slice(0, 200)}`.trim()}`)
+            )
+          )
+        ),
+        Effect.flatMap(({ error, result }): Effect.Effect<A, ChainUnavailable | RpcError> =>
+          error !== null
+            ? Effect.fail(new RpcError({ method, code: error.code, message: error.message }))
+            : Schema.decodeUnknown(schema)(result).pipe(
+              Effect.mapError((e) => unavailable(`bitcoin RPC ${method}: unexpected result: ${e.message}`.slice(0, 1000)))
+            )
+        )
+      )
+    }
+
+    const rpcFailure = (e: ChainUnavailable | RpcError) =>
+      e._tag === "RpcError" ? unavailable(`bitcoin RPC ${e.method}: error ${e.code}: ${e.message}`) : e
+
+    // Bitcoin Core takes `getblock <hash> 2`; bcoin rejects 2 and wants `<hash> true true`
+    // (verbose, details). Learn which one the node speaks on first use.
+    const detailsForm = yield* Ref.make(false)
+    const getBlock = (hash: string) =>
+      Effect.flatMap(Ref.get(detailsForm), (details) =>
+        details
+          ? call("getblock", [hash, true, true], RpcBlock)
+          : call("getblock", [hash, 2], RpcBlock).pipe(
+            Effect.catchTag("RpcError", (first) =>
+              call("getblock", [hash, true, true], RpcBlock).pipe(
+                Effect.tap(() => Ref.set(detailsForm, true)),
+                Effect.catchTag("RpcError", () => Effect.fail(first))
+              ))
+          ))
+
+    return {
+      backend: "rpc",
+      tipHeight: call("getblockcount", [], Schema.Int).pipe(
+        Effect.map(BigInt),
+        Effect.mapError(rpcFailure)
+      ),
+      blockHash: (height) =>
+        call("getblockhash", [Number(height)], Schema.String).pipe(Effect.mapError(rpcFailure)),
+      block: (hash) =>
+        getBlock(hash).pipe(
+          Effect.map((block) => ({
+            chain: "bitcoin" as const,
+            number: BigInt(block.height),
+            hash: block.hash,
+            parentHash: block.previousblockhash ?? nullHash,
+            timestamp: block.time,
+            transfers: block.tx.flatMap((tx, index) =>
+              transfersOfTx(
+                tx.txid,
+                index,
+                tx.vout.map((out) => ({ address: addressOf(out.scriptPubKey), value: out.value }))
+              )
+            )
+          })),
+          Effect.mapError(rpcFailure)
+        )
+    } satisfies BitcoinClient
+  })

@@ -1,0 +1,128 @@
+/**
+ * Access to every enabled chain: current head, blocks normalised to `ChainBlock`, and the
+ * underlying clients.
+ *
+ * Configuration:
+ * - `CHAINS`: comma-separated merchant chain names to enable (default: all).
+ * - `RPC_URL_<CHAIN>` (e.g. `RPC_URL_ETHEREUM`, `RPC_URL_BNB`): EVM JSON-RPC endpoint,
+ *   default viem's public endpoint of that chain.
+ * - `BITCOIN_RPC_URL`: Core-style JSON-RPC endpoint (`http://user:pass@host:port/`); when
+ *   unset, the Esplora REST API at `ESPLORA_URL` (default https://blockstream.info/api).
+ * - `RPC_TIMEOUT_MS` (default 10000): limit for every node call.
+ * - `BITCOIN_NETWORK` and its overrides: see `bitcoinParamsConfig`.
+ */
+import { FetchHttpClient } from "@effect/platform"
+import { Config, ConfigError, Duration, Effect, Either, Option } from "effect"
+import { bitcoinParamsConfig, canonicalAddress } from "../Domain/Address.ts"
+import { type ChainName, chainNames } from "../Domain/Chain.ts"
+import type { BitcoinClient } from "./BitcoinClient.ts"
+import { makeBitcoinRpc } from "./BitcoinRpc.ts"
+import { type ChainBlock, ChainUnavailable } from "./Block.ts"
+import { makeEsplora } from "./Esplora.ts"
+import { type EvmChainName, type EvmClient, makeEvmClient, viemChains } from "./Evm.ts"
+
+export { ChainBlock, ChainTransfer, ChainUnavailable } from "./Block.ts"
+export type { BitcoinClient } from "./BitcoinClient.ts"
+export type { EvmChainName, EvmClient, EvmPublicClient } from "./Evm.ts"
+
+const isChainName = (name: string): name is ChainName => (chainNames as ReadonlyArray<string>).includes(name)
+
+/** `CHAINS`: the enabled merchant chains; an unknown name is a configuration error. */
+export const enabledChainsConfig: Config.Config<ReadonlyArray<ChainName>> = Config.string("CHAINS").pipe(
+  Config.withDefault(chainNames.join(",")),
+  Config.mapOrFail((text) => {
+    const names = text.split(",").map((s) => s.trim().toLowerCase()).filter((s) => s !== "")
+    const unknown = names.filter((name) => !isChainName(name))
+    if (unknown.length > 0) {
+      return Either.left(ConfigError.InvalidData(
+        ["CHAINS"],
+        `unknown chain(s) ${unknown.join(", ")}; expected some of ${chainNames.join(", ")}`
+      ))
+    }
+    if (names.length === 0) return Either.left(ConfigError.InvalidData(["CHAINS"], "no chain enabled"))
+    return Either.right(chainNames.filter((name) => names.includes(name)))
+  })
+)
+
+const timeoutConfig = Config.integer("RPC_TIMEOUT_MS").pipe(
+  Config.withDefault(10_000),
+  Config.validate({ message: "RPC_TIMEOUT_MS must be positive", validation: (n) => n > 0 }),
+  Config.map(Duration.millis)
+)
+
+const evmUrlConfig = (chain: EvmChainName) =>
+  Config.url(`RPC_URL_${chain.toUpperCase()}`).pipe(
+    Config.map((url) => url.href),
+    Config.withDefault(viemChains[chain].rpcUrls.default.http[0])
+  )
+
+const makeBitcoin = (timeout: Duration.Duration) => Effect.gen(function*() {
+  const rpcUrl = yield* Config.option(Config.url("BITCOIN_RPC_URL"))
+  if (Option.isSome(rpcUrl)) return yield* makeBitcoinRpc(rpcUrl.value, timeout)
+  const esploraUrl = yield* Config.url("ESPLORA_URL").pipe(
+    Config.withDefault(new URL("https://blockstream.info/api"))
+  )
+  return yield* makeEsplora(esploraUrl, timeout)
+})
+
+export class ChainClients extends Effect.Service<ChainClients>()("confirmd/ChainClients", {
+  effect: Effect.gen(function*() {
+    const enabledChains = yield* enabledChainsConfig
+    const timeout = yield* timeoutConfig
+    const bitcoinParams = yield* bitcoinParamsConfig
+
+    const evmClients = new Map<ChainName, EvmClient>()
+    for (const chain of enabledChains) {
+      if (chain !== "bitcoin") evmClients.set(chain, makeEvmClient(chain, yield* evmUrlConfig(chain), timeout))
+    }
+    const bitcoinClient: Option.Option<BitcoinClient> = enabledChains.includes("bitcoin")
+      ? Option.some(yield* makeBitcoin(timeout))
+      : Option.none()
+
+    const disabled = (chain: ChainName) =>
+      new ChainUnavailable({ chain, message: `chain ${chain} is disabled (not listed in CHAINS)` })
+
+    const evm = (chain: EvmChainName): Effect.Effect<EvmClient, ChainUnavailable> => {
+      const client = evmClients.get(chain)
+      return client === undefined ? Effect.fail(disabled(chain)) : Effect.succeed(client)
+    }
+    const bitcoin: Effect.Effect<BitcoinClient, ChainUnavailable> = Option.match(bitcoinClient, {
+      onNone: () => Effect.fail(disabled("bitcoin")),
+      onSome: Effect.succeed
+    })
+
+    return {
+      /** Enabled chains, in `chainNames` order. */
+      enabledChains,
+      isEnabled: (chain: ChainName): boolean => enabledChains.includes(chain),
+      /** The configured bitcoin network's address parameters. */
+      bitcoinParams,
+      /** `canonicalAddress` for the configured bitcoin network. */
+      canonicalAddress: (chain: ChainName, raw: string): Either.Either<string, string> =>
+        canonicalAddress(chain, raw, bitcoinParams),
+      /** The EVM client of an enabled chain. */
+      evm,
+      /** The bitcoin client, if bitcoin is enabled. */
+      bitcoin,
+      /** Current block height. */
+      head: (chain: ChainName): Effect.Effect<bigint, ChainUnavailable> =>
+        chain === "bitcoin"
+          ? Effect.flatMap(bitcoin, (client) => client.tipHeight)
+          : Effect.flatMap(evm(chain), (client) => client.head),
+      /** Hash of the best-chain block at `height`. */
+      blockHash: (chain: ChainName, height: bigint): Effect.Effect<string, ChainUnavailable> =>
+        chain === "bitcoin"
+          ? Effect.flatMap(bitcoin, (client) => client.blockHash(height))
+          : Effect.flatMap(evm(chain), (client) => client.blockHash(height)),
+      /** The best-chain block at `height`, normalised. */
+      block: (chain: ChainName, height: bigint): Effect.Effect<ChainBlock, ChainUnavailable> =>
+        chain === "bitcoin"
+          ? Effect.flatMap(bitcoin, (client) => Effect.flatMap(client.blockHash(height), client.block))
+          : Effect.flatMap(evm(chain), (client) => client.block(height))
+    }
+  }),
+  dependencies: [FetchHttpClient.layer]
+}) {}
+
+/** The live layer, HTTP client included; needs only configuration. */
+export const ChainClientsLive = ChainClients.Default

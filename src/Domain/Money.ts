@@ -1,0 +1,152 @@
+/**
+ * Exact money arithmetic.
+ *
+ * USD amounts and prices are `BigDecimal`s parsed straight from their decimal text; native
+ * amounts are `bigint`s in the chain's smallest unit. No value ever passes through a JS float
+ * calculation: a JSON number is only turned back into its shortest round-trip decimal text.
+ */
+import { BigDecimal, Either, Option, ParseResult, Schema } from "effect"
+
+/** Longest decimal text we look at; keeps `BigInt` parsing of hostile input cheap. */
+export const MAX_DECIMAL_TEXT_LENGTH = 64
+/** Caps on a USD amount, so absurd amounts are rejected rather than carried around. */
+export const MAX_USD_INTEGER_DIGITS = 18
+export const MAX_USD_FRACTION_DIGITS = 18
+
+/**
+ * SPEC "Amount input": optional sign, ASCII digits, optional decimal point, at least one digit.
+ * No exponent: the grammar has none, so "1e3" is rejected rather than guessed at.
+ */
+const DECIMAL_TEXT = /^([+-]?)([0-9]*)(?:\.([0-9]*))?$/
+
+/** `String(n)` of a finite JS number: plain or exponent form ("1e-7", "1.5e+21"). */
+const NUMBER_TEXT = /^(-?)([0-9]+)(?:\.([0-9]+))?(?:e([+-][0-9]+))?$/
+
+const ten = (exponent: number): bigint => 10n ** BigInt(exponent)
+
+const fromParts = (negative: boolean, whole: string, fraction: string, exponent: number): BigDecimal.BigDecimal => {
+  const digits = BigInt(`${whole}${fraction}` || "0")
+  return BigDecimal.normalize(BigDecimal.make(negative ? -digits : digits, fraction.length - exponent))
+}
+
+/**
+ * Parses decimal text in the SPEC grammar ("10", "10.", ".5", "+3.25", "-0.1", "0010.50").
+ * Rejects empty text, text made only of signs and dots, exponents, whitespace and non-ASCII
+ * digits. The result is normalized.
+ */
+export const parseDecimal = (text: string): Option.Option<BigDecimal.BigDecimal> => {
+  if (text.length > MAX_DECIMAL_TEXT_LENGTH) return Option.none()
+  const match = DECIMAL_TEXT.exec(text)
+  if (match === null) return Option.none()
+  const [, sign = "", whole = "", fraction = ""] = match
+  if (whole === "" && fraction === "") return Option.none()
+  return Option.some(fromParts(sign === "-", whole, fraction, 0))
+}
+
+/**
+ * Converts a finite JS number to the decimal it denotes when written in its shortest
+ * round-trip form (`String(n)`), e.g. 0.1 → 0.1 (not 0.1000000000000000055…), 1e-7 → 0.0000001.
+ */
+export const decimalFromNumber = (n: number): Option.Option<BigDecimal.BigDecimal> => {
+  if (!Number.isFinite(n)) return Option.none()
+  const match = NUMBER_TEXT.exec(String(n))
+  if (match === null) return Option.none()
+  const [, sign = "", whole = "", fraction = "", exponent = "0"] = match
+  return Option.some(fromParts(sign === "-", whole, fraction, Number(exponent)))
+}
+
+/** Number of digits before / after the decimal point of a normalized decimal (magnitude only). */
+const digitCounts = (d: BigDecimal.BigDecimal): { readonly integer: number; readonly fraction: number } => {
+  const n = BigDecimal.normalize(d)
+  const magnitude = n.value < 0n ? -n.value : n.value
+  if (magnitude === 0n) return { integer: 0, fraction: 0 }
+  const length = magnitude.toString().length
+  return { integer: Math.max(length - n.scale, 0), fraction: Math.max(n.scale, 0) }
+}
+
+/**
+ * Validates a `usd_amount` (JSON number or decimal string) into a positive, normalized decimal.
+ * Fails with a message suitable for a 400 response.
+ */
+export const parseUsdAmount = (input: number | string): Either.Either<BigDecimal.BigDecimal, string> => {
+  const parsed = typeof input === "number"
+    ? Option.match(decimalFromNumber(input), {
+      onNone: () => Either.left("must be a finite number"),
+      onSome: Either.right
+    })
+    : Option.match(parseDecimal(input), {
+      onNone: () => Either.left(`must be a decimal number such as "10.50" (got ${JSON.stringify(input.slice(0, 40))})`),
+      onSome: Either.right
+    })
+  return Either.flatMap(parsed, (amount) => {
+    if (!BigDecimal.isPositive(amount)) return Either.left("must be greater than 0")
+    const counts = digitCounts(amount)
+    if (counts.integer > MAX_USD_INTEGER_DIGITS || counts.fraction > MAX_USD_FRACTION_DIGITS) {
+      return Either.left(
+        `has too many digits (at most ${MAX_USD_INTEGER_DIGITS} before and ${MAX_USD_FRACTION_DIGITS} after the decimal point)`
+      )
+    }
+    return Either.right(amount)
+  })
+}
+
+/**
+ * `usd_amount` per SPEC "Amount input": a JSON number or a decimal string, decoded into a
+ * positive normalized `BigDecimal`; encodes back to its canonical decimal string.
+ */
+export const UsdAmountInput: Schema.Schema<BigDecimal.BigDecimal, number | string> = Schema.transformOrFail(
+  Schema.Union(Schema.Number, Schema.String),
+  Schema.BigDecimalFromSelf,
+  {
+    strict: true,
+    decode: (input, _, ast) =>
+      Either.match(parseUsdAmount(input), {
+        onLeft: (message) => ParseResult.fail(new ParseResult.Type(ast, input, `usd_amount ${message}`)),
+        onRight: ParseResult.succeed
+      }),
+    encode: (amount) => ParseResult.succeed(formatDecimal(amount))
+  }
+).annotations({
+  description: "Positive USD amount: a JSON number or a decimal string such as \"10.50\""
+})
+
+/** Canonical plain decimal text: no exponent, no superfluous zeros ("10", "10.5", "0.00012"). */
+export const formatDecimal = (d: BigDecimal.BigDecimal): string => {
+  const n = BigDecimal.normalize(d)
+  return n.scale <= 0 ? (n.value * ten(-n.scale)).toString() : formatSmallest(n.value, n.scale)
+}
+
+/**
+ * Smallest-unit amount worth `usd` at `priceUsd` per whole token:
+ * ceil(usd / priceUsd × 10^decimals), in exact integer arithmetic.
+ *
+ * Rounds up so the merchant never receives less than the USD asked for; the payer overpays by
+ * less than one smallest unit. Both inputs must be positive (as `UsdAmountInput` and the
+ * price oracle guarantee); the result is then at least 1.
+ */
+export const usdToSmallest = (usd: BigDecimal.BigDecimal, priceUsd: BigDecimal.BigDecimal, decimals: number): bigint => {
+  const u = BigDecimal.normalize(usd)
+  const p = BigDecimal.normalize(priceUsd)
+  // usd·10^d / price = u·10^(d − su + sp) / p
+  const exponent = decimals - u.scale + p.scale
+  const numerator = exponent >= 0 ? u.value * ten(exponent) : u.value
+  const denominator = exponent >= 0 ? p.value : p.value * ten(-exponent)
+  return (numerator + denominator - 1n) / denominator
+}
+
+/** Exact native-token text of a smallest-unit amount: 1500000000000000000n,18 → "1.5"; 1n,8 → "0.00000001". */
+export const formatSmallest = (amount: bigint, decimals: number): string => {
+  const negative = amount < 0n
+  const digits = (negative ? -amount : amount).toString().padStart(decimals + 1, "0")
+  const whole = digits.slice(0, digits.length - decimals)
+  const fraction = digits.slice(digits.length - decimals).replace(/0+$/, "")
+  return `${negative ? "-" : ""}${whole}${fraction === "" ? "" : `.${fraction}`}`
+}
+
+/**
+ * Inverse of `formatSmallest`: native-token decimal text to smallest units. None when the text
+ * is not a decimal or has more significant fractional digits than the token has.
+ */
+export const nativeToSmallest = (text: string, decimals: number): Option.Option<bigint> =>
+  Option.flatMap(parseDecimal(text), (d) =>
+    d.scale > decimals ? Option.none() : Option.some(d.value * ten(decimals - d.scale)))

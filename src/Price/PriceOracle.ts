@@ -1,0 +1,324 @@
+/**
+ * USD prices of the native tokens, from keyless public APIs.
+ *
+ * Configuration (all optional):
+ * - `PRICE_SOURCES`: comma-separated order of sources to try, default `coingecko,coinbase,kraken`.
+ * - `PRICE_COINGECKO_URL`, `PRICE_COINBASE_URL`, `PRICE_KRAKEN_URL`: base URLs of the sources.
+ * - `PRICE_CACHE_SECONDS`: how long a fetched price is reused, default 60.
+ * - `PRICE_TIMEOUT_SECONDS`: time limit per source request, default 5.
+ * - `PRICE_FIXED_USD`: e.g. `BTC=65000,ETH=3000`; when set, these prices replace the sources.
+ */
+import { FetchHttpClient, HttpClient, HttpClientResponse } from "@effect/platform"
+import type { BigDecimal } from "effect"
+import {
+  Clock,
+  Config,
+  ConfigError,
+  Deferred,
+  Duration,
+  Effect,
+  Either,
+  Exit,
+  HashMap,
+  Option,
+  ParseResult,
+  Ref,
+  Schema
+} from "effect"
+import { Symbol as TokenSymbol } from "../Domain/Chain.ts"
+import { decimalFromNumber, formatDecimal, parseDecimal } from "../Domain/Money.ts"
+
+/** No source could give a price for `symbol`; `message` lists why each one failed. */
+export class PriceUnavailable extends Schema.TaggedError<PriceUnavailable>()("PriceUnavailable", {
+  symbol: TokenSymbol,
+  message: Schema.String
+}) {}
+
+export const PriceSource = Schema.Literal("coingecko", "coinbase", "kraken")
+export type PriceSource = typeof PriceSource.Type
+
+/** Instrument names per source; a symbol a source does not list is skipped there. */
+const instruments: Readonly<Record<PriceSource, Readonly<Partial<Record<TokenSymbol, string>>>>> = {
+  coingecko: {
+    BTC: "bitcoin",
+    ETH: "ethereum",
+    POL: "polygon-ecosystem-token",
+    BNB: "binancecoin",
+    AVAX: "avalanche-2"
+  },
+  coinbase: { BTC: "BTC-USD", ETH: "ETH-USD", POL: "POL-USD", BNB: "BNB-USD", AVAX: "AVAX-USD" },
+  kraken: { BTC: "XBTUSD", ETH: "ETHUSD", POL: "POLUSD", BNB: "BNBUSD", AVAX: "AVAXUSD" }
+}
+
+/**
+ * A positive price from a JSON number or decimal string. A number is read through its shortest
+ * round-trip text, so 0.51234 stays exactly 0.51234.
+ */
+const Price = Schema.transformOrFail(
+  Schema.Union(Schema.Number, Schema.String),
+  Schema.BigDecimalFromSelf,
+  {
+    strict: true,
+    decode: (input, _, ast) =>
+      Option.match(typeof input === "number" ? decimalFromNumber(input) : parseDecimal(input), {
+        onNone: () => ParseResult.fail(new ParseResult.Type(ast, input, "price is not a decimal number")),
+        onSome: (price) =>
+          price.value > 0n
+            ? ParseResult.succeed(price)
+            : ParseResult.fail(new ParseResult.Type(ast, input, "price is not positive"))
+      }),
+    encode: (price) => ParseResult.succeed(formatDecimal(price))
+  }
+)
+
+/** `{"bitcoin":{"usd":65000.12}}` */
+const CoinGeckoBody = Schema.Record({ key: Schema.String, value: Schema.Struct({ usd: Price }) })
+
+/** `{"data":{"amount":"65000.12","base":"BTC","currency":"USD"}}` */
+const CoinbaseBody = Schema.Struct({
+  data: Schema.Struct({ amount: Price, base: Schema.String, currency: Schema.Literal("USD") })
+})
+
+/** `{"error":[],"result":{"XXBTZUSD":{"c":["65000.10000","0.0012"],…}}}`; `c[0]` is the last trade price. */
+const KrakenBody = Schema.Struct({
+  error: Schema.Array(Schema.String),
+  result: Schema.optional(Schema.Record({
+    key: Schema.String,
+    value: Schema.Struct({ c: Schema.Tuple([Price], Schema.String) })
+  }))
+})
+
+interface Settings {
+  readonly fixed: Option.Option<HashMap.HashMap<TokenSymbol, BigDecimal.BigDecimal>>
+  readonly sources: ReadonlyArray<PriceSource>
+  readonly urls: Readonly<Record<PriceSource, string>>
+  readonly cacheTtl: Duration.Duration
+  readonly timeout: Duration.Duration
+}
+
+const invalid = (name: string, message: string) => ConfigError.InvalidData([name], message)
+
+const parseSources = (text: string): Either.Either<ReadonlyArray<PriceSource>, ConfigError.ConfigError> => {
+  const names = text.split(",").map((name) => name.trim()).filter((name) => name !== "")
+  const unknown = names.filter((name) => !Schema.is(PriceSource)(name))
+  if (names.length === 0 || unknown.length > 0) {
+    return Either.left(invalid(
+      "PRICE_SOURCES",
+      `expected a comma-separated list of ${PriceSource.literals.join(", ")}; got ${JSON.stringify(text)}`
+    ))
+  }
+  return Either.right(names.filter(Schema.is(PriceSource)))
+}
+
+/** `BTC=65000,ETH=3000.5`; blank counts as unset so an empty env entry changes nothing. */
+const parseFixed = (
+  text: Option.Option<string>
+): Either.Either<Option.Option<HashMap.HashMap<TokenSymbol, BigDecimal.BigDecimal>>, ConfigError.ConfigError> => {
+  if (Option.isNone(text) || text.value.trim() === "") return Either.right(Option.none())
+  let prices = HashMap.empty<TokenSymbol, BigDecimal.BigDecimal>()
+  for (const entry of text.value.split(",")) {
+    const [symbol = "", price = "", ...rest] = entry.split("=").map((part) => part.trim())
+    const value = parseDecimal(price)
+    if (
+      rest.length > 0 || !Schema.is(TokenSymbol)(symbol) || HashMap.has(prices, symbol) ||
+      Option.isNone(value) || value.value.value <= 0n
+    ) {
+      return Either.left(invalid(
+        "PRICE_FIXED_USD",
+        `bad entry ${JSON.stringify(entry)}: expected SYMBOL=PRICE pairs such as BTC=65000,ETH=3000 with ` +
+          `symbols from ${TokenSymbol.literals.join(", ")} (each once) and positive decimal prices`
+      ))
+    }
+    prices = HashMap.set(prices, symbol, value.value)
+  }
+  return Either.right(Option.some(prices))
+}
+
+const baseUrl = (name: string, fallback: string) =>
+  Config.string(name).pipe(Config.withDefault(fallback), Config.map((url) => url.replace(/\/+$/, "")))
+
+const secondsConfig = (name: string, fallback: number, allowZero: boolean) =>
+  Config.number(name).pipe(
+    Config.validate({
+      message: allowZero ? "expected a number of seconds >= 0" : "expected a number of seconds > 0",
+      validation: (seconds) => Number.isFinite(seconds) && (allowZero ? seconds >= 0 : seconds > 0)
+    }),
+    Config.withDefault(fallback),
+    Config.map(Duration.seconds)
+  )
+
+const settings: Config.Config<Settings> = Config.all({
+  fixed: Config.option(Config.string("PRICE_FIXED_USD")).pipe(Config.mapOrFail(parseFixed)),
+  sources: Config.string("PRICE_SOURCES").pipe(
+    Config.withDefault("coingecko,coinbase,kraken"),
+    Config.mapOrFail(parseSources)
+  ),
+  urls: Config.all({
+    coingecko: baseUrl("PRICE_COINGECKO_URL", "https://api.coingecko.com"),
+    coinbase: baseUrl("PRICE_COINBASE_URL", "https://api.coinbase.com"),
+    kraken: baseUrl("PRICE_KRAKEN_URL", "https://api.kraken.com")
+  }),
+  cacheTtl: secondsConfig("PRICE_CACHE_SECONDS", 60, true),
+  timeout: secondsConfig("PRICE_TIMEOUT_SECONDS", 5, false)
+})
+
+/** Why one source gave no price; only ever folded into a `PriceUnavailable` message. */
+class SourceFailed extends Schema.TaggedError<SourceFailed>()("SourceFailed", {
+  source: PriceSource,
+  reason: Schema.String
+}) {}
+
+type CacheEntry =
+  | { readonly _tag: "InFlight"; readonly done: Deferred.Deferred<BigDecimal.BigDecimal, PriceUnavailable> }
+  | { readonly _tag: "Fresh"; readonly price: BigDecimal.BigDecimal; readonly expiresAt: number }
+
+export class PriceOracle extends Effect.Service<PriceOracle>()("confirmd/PriceOracle", {
+  scoped: Effect.gen(function*() {
+    const config = yield* settings
+    const client = (yield* HttpClient.HttpClient).pipe(HttpClient.filterStatusOk)
+    const scope = yield* Effect.scope
+
+    const getJson = <A, I>(source: PriceSource, path: string, schema: Schema.Schema<A, I>) =>
+      client.get(`${config.urls[source]}${path}`).pipe(
+        Effect.flatMap(HttpClientResponse.schemaBodyJson(schema)),
+        Effect.timeoutFail({
+          duration: config.timeout,
+          onTimeout: () => new SourceFailed({ source, reason: `no answer within ${Duration.format(config.timeout)}` })
+        }),
+        Effect.mapError((error) => {
+          switch (error._tag) {
+            case "SourceFailed":
+              return error
+            case "ResponseError":
+              return new SourceFailed({
+                source,
+                reason: error.reason === "StatusCode" ? `HTTP ${error.response.status}` : `unreadable body (${error.reason})`
+              })
+            case "ParseError": {
+              const [issue] = ParseResult.ArrayFormatter.formatErrorSync(error)
+              const where = issue === undefined ? "" : ` at ${issue.path.join(".") || "top level"}: ${issue.message}`
+              return new SourceFailed({ source, reason: `unexpected body${where}` })
+            }
+            default:
+              return new SourceFailed({ source, reason: error.message })
+          }
+        })
+      )
+
+    const fromSource = (
+      source: PriceSource,
+      instrument: string
+    ): Effect.Effect<BigDecimal.BigDecimal, SourceFailed> => {
+      const missing = (reason: string) => Effect.fail(new SourceFailed({ source, reason }))
+      switch (source) {
+        case "coingecko":
+          return getJson(
+            source,
+            `/api/v3/simple/price?ids=${encodeURIComponent(instrument)}&vs_currencies=usd`,
+            CoinGeckoBody
+          ).pipe(Effect.flatMap((body) =>
+            Option.match(Option.fromNullable(body[instrument]), {
+              onNone: () => missing(`no price for ${instrument}`),
+              onSome: (entry) => Effect.succeed(entry.usd)
+            })
+          ))
+        case "coinbase":
+          return getJson(source, `/v2/prices/${encodeURIComponent(instrument)}/spot`, CoinbaseBody).pipe(
+            Effect.map((body) => body.data.amount)
+          )
+        case "kraken":
+          return getJson(source, `/0/public/Ticker?pair=${encodeURIComponent(instrument)}`, KrakenBody).pipe(
+            Effect.flatMap((body) => {
+              // The result key is Kraken's own pair name (XBTUSD → XXBTZUSD): take the only entry.
+              const entries = Object.values(body.result ?? {})
+              return body.error.length > 0
+                ? missing(body.error.join("; "))
+                : entries.length === 1 && entries[0] !== undefined
+                ? Effect.succeed(entries[0].c[0])
+                : missing(`expected one ticker for ${instrument}, got ${entries.length}`)
+            })
+          )
+      }
+    }
+
+    const fetchPrice = (symbol: TokenSymbol): Effect.Effect<BigDecimal.BigDecimal, PriceUnavailable> => {
+      const attempt = (
+        remaining: ReadonlyArray<PriceSource>,
+        reasons: ReadonlyArray<string>
+      ): Effect.Effect<BigDecimal.BigDecimal, PriceUnavailable> => {
+        const [source, ...rest] = remaining
+        if (source === undefined) {
+          return Effect.fail(
+            new PriceUnavailable({ symbol, message: `no USD price for ${symbol}: ${reasons.join("; ")}` })
+          )
+        }
+        const instrument = instruments[source][symbol]
+        if (instrument === undefined) return attempt(rest, [...reasons, `${source}: does not list ${symbol}`])
+        return fromSource(source, instrument).pipe(
+          Effect.catchAll((failed) =>
+            Effect.logWarning(`price source ${source} failed for ${symbol}: ${failed.reason}`).pipe(
+              Effect.zipRight(attempt(rest, [...reasons, `${source}: ${failed.reason}`]))
+            )
+          )
+        )
+      }
+      return attempt(config.sources, [])
+    }
+
+    // One fetch per symbol at a time, shared by all callers; only successes are kept. The fetch
+    // runs in the service's scope so that an interrupted caller does not cancel it for others.
+    const cache = yield* Ref.make(HashMap.empty<TokenSymbol, CacheEntry>())
+
+    const cachedPrice = (symbol: TokenSymbol): Effect.Effect<BigDecimal.BigDecimal, PriceUnavailable> =>
+      Effect.gen(function*() {
+        const now = yield* Clock.currentTimeMillis
+        const mine = yield* Deferred.make<BigDecimal.BigDecimal, PriceUnavailable>()
+        const current = yield* Ref.modify(cache, (entries) => {
+          const entry = HashMap.get(entries, symbol)
+          if (Option.isSome(entry) && (entry.value._tag === "InFlight" || entry.value.expiresAt > now)) {
+            return [entry.value, entries] as const
+          }
+          const fetching: CacheEntry = { _tag: "InFlight", done: mine }
+          return [fetching, HashMap.set(entries, symbol, fetching)] as const
+        })
+        if (current._tag === "Fresh") return current.price
+        if (current.done === mine) {
+          yield* fetchPrice(symbol).pipe(
+            Effect.onExit((exit) =>
+              Clock.currentTimeMillis.pipe(
+                Effect.flatMap((completedAt) =>
+                  Ref.update(cache, (entries) =>
+                    Exit.isSuccess(exit)
+                      ? HashMap.set(entries, symbol, {
+                        _tag: "Fresh",
+                        price: exit.value,
+                        expiresAt: completedAt + Duration.toMillis(config.cacheTtl)
+                      })
+                      : HashMap.remove(entries, symbol))
+                ),
+                Effect.zipRight(Deferred.done(mine, exit))
+              )
+            ),
+            Effect.forkIn(scope)
+          )
+        }
+        return yield* Deferred.await(current.done)
+      })
+
+    const usdPrice: (symbol: TokenSymbol) => Effect.Effect<BigDecimal.BigDecimal, PriceUnavailable> = Option.match(
+      config.fixed,
+      {
+        onNone: () => cachedPrice,
+        onSome: (fixed) => (symbol: TokenSymbol) =>
+          Option.match(HashMap.get(fixed, symbol), {
+            onNone: () =>
+              Effect.fail(new PriceUnavailable({ symbol, message: `no USD price for ${symbol} in PRICE_FIXED_USD` })),
+            onSome: Effect.succeed
+          })
+      }
+    )
+
+    return { usdPrice } as const
+  }),
+  dependencies: [FetchHttpClient.layer]
+}) {}

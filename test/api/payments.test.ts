@@ -1,0 +1,250 @@
+import { expect, layer } from "@effect/vitest"
+import { Effect } from "effect"
+import { App, eventually, subscribe } from "../support/TestApp.ts"
+
+const ETH_A = "0x1111111111111111111111111111111111111111"
+const ETH_B = "0x2222222222222222222222222222222222222222"
+// A public literal address: the sandbox resolves no public names, and no webhook fires here.
+const hook = "https://93.184.216.34/hooks/confirmd"
+
+/** ceil(usd / price × 10^decimals), computed independently of the service with bigints. */
+const expectedSmallest = (usdCents: bigint, priceMilli: bigint, decimals: number) => {
+  const numerator = usdCents * 10n ** BigInt(decimals) * 1000n
+  const denominator = priceMilli * 100n
+  return (numerator + denominator - 1n) / denominator
+}
+
+const merchantWith = (addresses: ReadonlyArray<string>, chain = "ethereum") =>
+  Effect.gen(function*() {
+    const app = yield* App
+    const key = yield* subscribe(app)
+    const added = yield* app.request("POST", "/addresses", { key, json: { chain, addresses } })
+    expect(added.status).toBe(200)
+    return key
+  })
+
+// No price cache, so that a price source going away shows at once.
+layer(App.layer({ CALLBACK_ALLOW_PRIVATE_NETWORKS: "false", PRICE_CACHE_SECONDS: "0" }), { excludeTestServices: true })("payments", (it) => {
+  it.effect("creates a payment with an exact amount that agrees with its native form", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const key = yield* merchantWith([ETH_A])
+      const before = Date.now()
+      const created = yield* app.request("POST", "/payments", {
+        key,
+        json: { usd_amount: "30", chain: "ethereum", callback_url: hook }
+      })
+      expect(created.status).toBe(200)
+      const body = created.body
+      expect(body.chain).toBe("ethereum")
+      expect(body.address).toBe(ETH_A)
+      expect(body.usd_amount).toBe("30")
+      // The local price server quotes ETH at 3000.5 USD.
+      expect(BigInt(body.amount_wei)).toBe(expectedSmallest(3000n, 3000500n, 18))
+      const [whole, fraction = ""] = body.amount_native.split(".")
+      expect(BigInt(whole + fraction.padEnd(18, "0"))).toBe(BigInt(body.amount_wei))
+      const lifetime = Date.parse(body.expires_at) - before
+      expect(lifetime).toBeGreaterThan(3590_000)
+      expect(lifetime).toBeLessThan(3610_000)
+
+      const status = yield* app.request("GET", `/payments/${body.payment_id}`, { key })
+      expect(status.status).toBe(200)
+      expect(status.body).toEqual({
+        payment_id: body.payment_id,
+        status: "PENDING",
+        chain: "ethereum",
+        address: ETH_A,
+        amount_native: body.amount_native,
+        usd_amount: "30",
+        tx_hash: null,
+        confirmations: 0
+      })
+    }))
+
+  it.effect("accepts a JSON number and converts bitcoin to satoshis", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const key = yield* merchantWith(["rb1qqyqszqgpqyqszqgpqyqszqgpqyqszqgpefl3jh"], "bitcoin")
+      const created = yield* app.request("POST", "/payments", {
+        key,
+        json: { usd_amount: 12.34, chain: "bitcoin", callback_url: hook }
+      })
+      expect(created.status).toBe(200)
+      // BTC at 65000.12 USD.
+      expect(BigInt(created.body.amount_wei)).toBe(expectedSmallest(1234n, 65000120n, 8))
+      expect(created.body.usd_amount).toBe("12.34")
+    }))
+
+  it.effect("lists the caller's payments newest first and hides other tenants' payments", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const key = yield* merchantWith([ETH_A])
+      const ids: Array<string> = []
+      for (const usd of ["1", "2", "3"]) {
+        const created = yield* app.request("POST", "/payments", { key, json: { usd_amount: usd, chain: "ethereum", callback_url: hook } })
+        ids.push(created.body.payment_id)
+      }
+      const list = yield* app.request("GET", "/payments", { key })
+      expect(list.body.map((p: { payment_id: string }) => p.payment_id)).toEqual([...ids].reverse())
+
+      const other = yield* merchantWith([ETH_B])
+      expect((yield* app.request("GET", "/payments", { key: other })).body).toEqual([])
+      const foreign = yield* app.request("GET", `/payments/${ids[0]}`, { key: other })
+      expect(foreign.status).toBe(404)
+      expect(foreign.body.error.code).toBe("not_found")
+    }))
+
+  it.effect("spreads payments over the caller's addresses", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const key = yield* merchantWith([ETH_A, ETH_B])
+      const used: Array<string> = []
+      for (let i = 0; i < 4; i++) {
+        const created = yield* app.request("POST", "/payments", { key, json: { usd_amount: "5", chain: "ethereum", callback_url: hook } })
+        used.push(created.body.address)
+      }
+      expect(used.filter((a) => a === ETH_A)).toHaveLength(2)
+      expect(used.filter((a) => a === ETH_B)).toHaveLength(2)
+    }))
+
+  it.effect("gives concurrent payments of the same amount to one address distinct amounts", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const key = yield* merchantWith([ETH_A])
+      const created = yield* Effect.all(
+        Array.from({ length: 25 }, () =>
+          app.request("POST", "/payments", { key, json: { usd_amount: "7.77", chain: "ethereum", callback_url: hook } })),
+        { concurrency: "unbounded" }
+      )
+      expect(created.every((r) => r.status === 200)).toBe(true)
+      const amounts = created.map((r) => BigInt(r.body.amount_wei)).sort((a, b) => (a < b ? -1 : 1))
+      const base = expectedSmallest(777n, 3000500n, 18)
+      // Each collision raises the amount by exactly one wei: 25 consecutive amounts.
+      expect(amounts).toEqual(Array.from({ length: 25 }, (_, i) => base + BigInt(i)))
+    }))
+
+  it.effect("rejects bad requests with the right status and changes nothing", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const key = yield* merchantWith([ETH_A])
+      const create = (json: unknown) => app.request("POST", "/payments", { key, json })
+      const expectError = (status: number, code: string) => (r: { status: number; body: { error: { code: string; message: string } } }) => {
+        expect(r.status).toBe(status)
+        expect(r.body.error.code).toBe(code)
+        expect(typeof r.body.error.message).toBe("string")
+      }
+      expectError(400, "bad_request")(yield* create({ usd_amount: "5", chain: "dogecoin", callback_url: hook }))
+      expectError(400, "bad_request")(yield* create({ usd_amount: "5", chain: "base", callback_url: hook }))
+      expectError(400, "bad_request")(yield* create({ usd_amount: "5", chain: "bitcoin", callback_url: hook }))
+      expectError(400, "bad_request")(yield* create({ usd_amount: "5", chain: "ethereum", callback_url: "ftp://x.example.com/" }))
+      expectError(400, "bad_request")(yield* create({ usd_amount: "5", chain: "ethereum", callback_url: "http://127.0.0.1:9/hook" }))
+      expectError(400, "bad_request")(yield* create({ usd_amount: "5", chain: "ethereum", callback_url: "http://[::1]/hook" }))
+      expectError(400, "bad_request")(yield* create({ usd_amount: "5", chain: "ethereum", callback_url: "http://10.1.2.3/hook" }))
+      expectError(400, "bad_request")(yield* create({ usd_amount: "5", chain: "ethereum", callback_url: "http://localhost/hook" }))
+      expectError(400, "bad_request")(yield* create({ usd_amount: "5", chain: "ethereum", callback_url: "not a url" }))
+      for (const usd_amount of ["-5", "0", "abc", "", ".", "+-", "1e3", "１２", "1".repeat(40), -1, 0, null, true, [1], { x: 1 }]) {
+        const r = yield* create({ usd_amount, chain: "ethereum", callback_url: hook })
+        expectError(422, "validation_error")(r)
+        const issues = JSON.parse(r.body.error.hint)
+        expect(issues[0].loc).toEqual(["body", "usd_amount"])
+        expect(typeof issues[0].msg).toBe("string")
+        expect(typeof issues[0].type).toBe("string")
+      }
+      expectError(422, "validation_error")(yield* create({ chain: "ethereum", callback_url: hook }))
+      expectError(422, "validation_error")(yield* create({ usd_amount: "5", chain: 1, callback_url: hook }))
+      expectError(422, "validation_error")(yield* app.request("POST", "/payments", { key, body: "{not json", headers: { "content-type": "application/json" } }))
+      expectError(413, "error")(yield* create({ usd_amount: "5", chain: "ethereum", callback_url: hook, pad: "x".repeat(100_000) }))
+      expect((yield* app.request("GET", "/payments", { key })).body).toEqual([])
+      const account = yield* app.request("GET", "/account", { key })
+      expect(account.body.events_used).toBe(0)
+    }))
+
+  it.effect("requires a valid API key", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      for (const key of [undefined, "", "nope", "a".repeat(64), "A".repeat(63)]) {
+        const r = yield* app.request("POST", "/payments", {
+          ...(key === undefined ? {} : { key }),
+          json: { usd_amount: "5", chain: "ethereum", callback_url: hook }
+        })
+        expect(r.status).toBe(401)
+        expect(r.body.error.code).toBe("unauthorized")
+        expect(r.body.error.message).toMatch(/API key/i)
+      }
+    }))
+
+  it.effect("returns 404 for unknown and malformed payment ids", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const key = yield* merchantWith([ETH_A])
+      for (const id of ["00000000-0000-4000-8000-000000000000", "not-a-uuid", "%F0%9F%92%A5"]) {
+        const r = yield* app.request("GET", `/payments/${id}`, { key })
+        expect(r.status).toBe(404)
+        expect(r.body.error.code).toBe("not_found")
+      }
+    }))
+
+  it.effect("answers 502 when no price source answers, and consumes no event", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const key = yield* merchantWith([ETH_A])
+      yield* app.prices.clearPrice("ETH")
+      const r = yield* app.request("POST", "/payments", { key, json: { usd_amount: "5", chain: "ethereum", callback_url: hook } })
+      yield* app.prices.setPrice("ETH", "3000.5")
+      expect(r.status).toBe(502)
+      expect(r.body.error.code).toBe("upstream_error")
+      expect((yield* app.request("GET", "/account", { key })).body.events_used).toBe(0)
+    }))
+})
+
+layer(App.layer({ STARTER_MIN_DONATION_USD: "5" }), { excludeTestServices: true })("event allowance", (it) => {
+  it.effect("creates exactly as many payments as events are left, under concurrency", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      // A starter account: donation signup, then subscribe to starter (100 events a month).
+      const signup = yield* app.request("POST", "/signup", { json: { method: "donation", chain: "ethereum", usd_amount: "5" } })
+      expect(signup.status).toBe(200)
+      const key = signup.body.api_key
+      expect((yield* app.request("POST", "/account/subscribe", { key, json: { plan: "starter" } })).body.status).toBe("active")
+      yield* app.request("POST", "/addresses", { key, json: { chain: "ethereum", addresses: [ETH_A] } })
+      const create = app.request("POST", "/payments", { key, json: { usd_amount: "1", chain: "ethereum", callback_url: hook } })
+      for (let i = 0; i < 97; i++) expect((yield* create).status).toBe(200)
+      const burst = yield* Effect.all(Array.from({ length: 100 }, () => create), { concurrency: "unbounded" })
+      expect(burst.filter((r) => r.status === 200)).toHaveLength(3)
+      const refused = burst.filter((r) => r.status !== 200)
+      expect(refused).toHaveLength(97)
+      expect(refused.every((r) => r.status === 429 && r.body.error.code === "too_many_requests")).toBe(true)
+      const account = yield* app.request("GET", "/account", { key })
+      expect(account.body.events_used).toBe(100)
+      expect((yield* app.request("GET", "/payments", { key })).body).toHaveLength(100)
+    }))
+})
+
+layer(App.layer({ PAYMENT_TTL: "1", EXPIRY_SWEEP_SECONDS: "3600" }), { excludeTestServices: true })("expiry", (it) => {
+  it.effect("shows EXPIRED once the lifetime has passed, even before the sweeper runs", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const key = yield* merchantWith([ETH_A])
+      const created = yield* app.request("POST", "/payments", { key, json: { usd_amount: "5", chain: "ethereum", callback_url: hook } })
+      const expiresAt = Date.parse(created.body.expires_at)
+      const status = yield* eventually(
+        app.request("GET", `/payments/${created.body.payment_id}`, { key }),
+        (r) => r.body.status !== "PENDING"
+      )
+      expect(Date.now()).toBeGreaterThanOrEqual(expiresAt)
+      expect(status.body.status).toBe("EXPIRED")
+    }))
+})
+
+layer(App.layer({ RPC_URL_ETHEREUM: "http://127.0.0.1:9", RPC_TIMEOUT_MS: "2000" }), { excludeTestServices: true })("unreachable chain", (it) => {
+  it.effect("answers 502 when the chain node is unreachable", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const key = yield* merchantWith([ETH_A])
+      const r = yield* app.request("POST", "/payments", { key, json: { usd_amount: "5", chain: "ethereum", callback_url: hook } })
+      expect(r.status).toBe(502)
+      expect(r.body.error.code).toBe("upstream_error")
+      expect((yield* app.request("GET", "/account", { key })).body.events_used).toBe(0)
+    }))
+})
+

@@ -1,0 +1,278 @@
+// ChainClients against the real anvil and bitcoin regtest node of the test environment
+// (ANVIL_URL, BITCOIN_RPC_URL, BITCOIN_WALLET_RPC_URL; see test/setup/engines.ts).
+import { FetchHttpClient, HttpClient, HttpClientRequest } from "@effect/platform"
+import { describe, expect, it } from "@effect/vitest"
+import { address as btcAddress } from "bitcoinjs-lib"
+import { Config, ConfigProvider, Data, Effect, Either, Exit, Option, ParseResult, Schedule, Schema } from "effect"
+import { createServer, type Socket } from "node:net"
+import { randomBytes } from "node:crypto"
+import { createTestClient, createWalletClient, http } from "viem"
+import { generatePrivateKey, privateKeyToAccount } from "viem/accounts"
+import { btcToSatoshis, transfersOfTx } from "../../src/Chains/BitcoinClient.ts"
+import { ChainClients, ChainUnavailable } from "../../src/Chains/ChainClients.ts"
+
+/** anvil's first dev account. */
+const anvilKey = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"
+
+class TestRpcError extends Data.TaggedError("TestRpcError")<{ readonly message: string }> {}
+
+const withClients = (env: Record<string, string>) =>
+  <A, E>(self: Effect.Effect<A, E, ChainClients>) =>
+    self.pipe(
+      Effect.provide(ChainClients.Default),
+      Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
+    )
+
+/** The service wired to the test engines: ethereum = anvil, bitcoin = regtest node. */
+const engineEnv = Effect.gen(function*() {
+  const anvil = yield* Config.string("ANVIL_URL")
+  const bitcoin = yield* Config.string("BITCOIN_RPC_URL")
+  return {
+    CHAINS: "ethereum,bitcoin",
+    RPC_URL_ETHEREUM: anvil,
+    BITCOIN_RPC_URL: bitcoin,
+    BITCOIN_NETWORK: "regtest",
+    BITCOIN_BECH32_PREFIX: "rb",
+    BITCOIN_PUBKEYHASH_VERSION: "60",
+    BITCOIN_SCRIPTHASH_VERSION: "38",
+    RPC_TIMEOUT_MS: "5000"
+  }
+})
+
+const RpcAnswer = Schema.Struct({
+  result: Schema.Unknown,
+  error: Schema.NullOr(Schema.Struct({ code: Schema.Number, message: Schema.String }))
+})
+
+/** GET, or POST a JSON body; user:password in the URL becomes basic auth (fetch refuses credentials in URLs). */
+const httpJson = (url: string, path: string, body?: unknown) =>
+  Effect.gen(function*() {
+    const parsed = new URL(path, url)
+    const user = decodeURIComponent(parsed.username)
+    const password = decodeURIComponent(parsed.password)
+    parsed.username = ""
+    parsed.password = ""
+    const request = body === undefined
+      ? HttpClientRequest.get(parsed.href)
+      : HttpClientRequest.bodyUnsafeJson(HttpClientRequest.post(parsed.href), body)
+    const response = yield* HttpClient.execute(HttpClientRequest.basicAuth(request, user, password))
+    return yield* response.json
+  }).pipe(Effect.provide(FetchHttpClient.layer))
+
+const rpc = <A, I>(url: string, method: string, params: ReadonlyArray<unknown>, schema: Schema.Schema<A, I>) =>
+  httpJson(url, "/", { jsonrpc: "1.0", id: method, method, params }).pipe(
+    Effect.flatMap(Schema.decodeUnknown(RpcAnswer)),
+    Effect.flatMap(({ error, result }): Effect.Effect<A, TestRpcError | ParseResult.ParseError> =>
+      error === null
+        ? Schema.decodeUnknown(schema)(result)
+        : Effect.fail(new TestRpcError({ message: `${method}: ${error.message}` }))
+    )
+  )
+
+/** Retry `check` until it succeeds (the condition holds), at most ~20 s. */
+const eventually = <A, E, R>(check: Effect.Effect<A, E, R>) =>
+  Effect.retry(check, Schedule.spaced("50 millis").pipe(Schedule.upTo("20 seconds")))
+
+/** A TCP server that accepts connections and never answers. */
+const silentServer = Effect.acquireRelease(
+  Effect.async<{ readonly port: number; readonly close: () => void }>((resume) => {
+    const sockets = new Set<Socket>()
+    const server = createServer((socket) => {
+      sockets.add(socket)
+    })
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address()
+      const port = typeof address === "object" && address !== null ? address.port : 0
+      resume(Effect.succeed({
+        port,
+        close: () => {
+          for (const socket of sockets) socket.destroy()
+          server.close()
+        }
+      }))
+    })
+  }),
+  (server) => Effect.sync(server.close)
+)
+
+/** A local port with nothing listening: bind one, then let it go. */
+const closedPort = Effect.scoped(Effect.map(silentServer, ({ port }) => port))
+
+describe("bitcoin amounts and outputs", () => {
+  it("btcToSatoshis reads node amounts exactly, including exponent notation", () => {
+    expect(btcToSatoshis("50")).toEqual(Option.some(5_000_000_000n))
+    expect(btcToSatoshis("0.00010000")).toEqual(Option.some(10_000n))
+    expect(btcToSatoshis("1e-8")).toEqual(Option.some(1n))
+    expect(btcToSatoshis("1.234e-5")).toEqual(Option.some(1_234n))
+    expect(btcToSatoshis("1.2345e-5")).toEqual(Option.none())
+    expect(btcToSatoshis("20999999.9769")).toEqual(Option.some(2_099_999_997_690_000n))
+    expect(btcToSatoshis("0.1")).toEqual(Option.some(10_000_000n))
+    expect(btcToSatoshis("1.5e-9")).toEqual(Option.none())
+    expect(btcToSatoshis("0.000000001")).toEqual(Option.none())
+    expect(btcToSatoshis("-1")).toEqual(Option.none())
+    expect(btcToSatoshis("")).toEqual(Option.none())
+  })
+
+  it("transfersOfTx sums outputs per address and skips address-less and zero outputs", () => {
+    expect(transfersOfTx("t", 3, [
+      { address: "a", value: 5n },
+      { address: undefined, value: 7n },
+      { address: "b", value: 1n },
+      { address: "a", value: 6n },
+      { address: "c", value: 0n }
+    ])).toEqual([{ txHash: "t", to: "a", value: 11n, index: 3 }, { txHash: "t", to: "b", value: 1n, index: 3 }])
+  })
+})
+
+describe("ChainClients on anvil", () => {
+  it.live("head rises by exactly the number of mined blocks", () =>
+    Effect.gen(function*() {
+      const env = yield* engineEnv
+      const test = createTestClient({ mode: "anvil", transport: http(env.RPC_URL_ETHEREUM) })
+      yield* Effect.gen(function*() {
+        const clients = yield* ChainClients
+        const before = yield* clients.head("ethereum")
+        yield* Effect.promise(() => test.mine({ blocks: 7 }))
+        const after = yield* clients.head("ethereum")
+        expect(after - before).toBe(7n)
+      }).pipe(withClients(env))
+    }))
+
+  it.live("a native transfer appears in the normalised block with the exact wei and a lowercase `to`", () =>
+    Effect.gen(function*() {
+      const env = yield* engineEnv
+      const transport = http(env.RPC_URL_ETHEREUM)
+      const test = createTestClient({ mode: "anvil", transport })
+      const wallet = createWalletClient({ account: privateKeyToAccount(anvilKey), transport })
+      const to = privateKeyToAccount(generatePrivateKey()).address
+      const value = 1_234_567_890_123_456_789n
+      yield* Effect.gen(function*() {
+        const clients = yield* ChainClients
+        const txHash = yield* Effect.promise(() => wallet.sendTransaction({ chain: null, to, value }))
+        // Mine explicitly in case another test left automine off.
+        yield* Effect.promise(() => test.mine({ blocks: 1 }))
+        const evm = yield* clients.evm("ethereum")
+        const receipt = yield* Effect.promise(() => evm.client.waitForTransactionReceipt({ hash: txHash }))
+        const block = yield* clients.block("ethereum", receipt.blockNumber)
+        expect(block.chain).toBe("ethereum")
+        expect(block.number).toBe(receipt.blockNumber)
+        expect(block.hash).toBe(receipt.blockHash)
+        expect(yield* clients.blockHash("ethereum", receipt.blockNumber)).toBe(receipt.blockHash)
+        const parent = yield* clients.block("ethereum", receipt.blockNumber - 1n)
+        expect(block.parentHash).toBe(parent.hash)
+        expect(block.transfers.filter((t) => t.txHash === txHash)).toEqual([
+          { txHash, to: to.toLowerCase(), value, index: receipt.transactionIndex }
+        ])
+      }).pipe(withClients(env))
+    }))
+})
+
+describe("ChainClients on the bitcoin regtest node", () => {
+  it.live("head rises by exactly the number of generated blocks", () =>
+    Effect.gen(function*() {
+      const env = yield* engineEnv
+      const miner = btcAddress.toBech32(randomBytes(20), 0, "rb")
+      yield* Effect.gen(function*() {
+        const clients = yield* ChainClients
+        const before = yield* clients.head("bitcoin")
+        const hashes = yield* rpc(env.BITCOIN_RPC_URL, "generatetoaddress", [3, miner], Schema.Array(Schema.String))
+        expect(yield* clients.head("bitcoin")).toBe(before + 3n)
+        expect(yield* clients.blockHash("bitcoin", before + 3n)).toBe(hashes[2])
+        const block = yield* clients.block("bitcoin", before + 3n)
+        expect(block.hash).toBe(hashes[2])
+        expect(block.parentHash).toBe(hashes[1])
+        expect(block.number).toBe(before + 3n)
+        // The coinbase pays the miner address.
+        expect(block.transfers[0]).toMatchObject({ to: miner, index: 0 })
+      }).pipe(withClients(env))
+    }))
+
+  it.live("two outputs of one transaction to the same address become one summed transfer", () =>
+    Effect.gen(function*() {
+      const env = yield* engineEnv
+      const wallet = yield* Config.string("BITCOIN_WALLET_RPC_URL")
+      const funding = yield* rpc(wallet, "getnewaddress", ["default"], Schema.String)
+      const payee = btcAddress.toBech32(randomBytes(20), 0, "rb")
+      yield* Effect.gen(function*() {
+        const clients = yield* ChainClients
+        expect(clients.canonicalAddress("bitcoin", payee.toUpperCase())).toEqual(Either.right(payee))
+        // 100 blocks on top make the first coinbase spendable.
+        yield* rpc(env.BITCOIN_RPC_URL, "generatetoaddress", [101, funding], Schema.Array(Schema.String))
+        const height = yield* clients.head("bitcoin")
+        // Wait until the wallet has seen the last of those blocks (it lists heights with wallet txs).
+        yield* eventually(
+          httpJson(wallet, "/wallet/primary/block").pipe(
+            Effect.flatMap(Schema.decodeUnknown(Schema.Array(Schema.Number))),
+            Effect.filterOrFail((heights) => heights.includes(Number(height)))
+          )
+        )
+        // The wallet's REST send takes an output list, so one address can appear twice.
+        const sent = yield* httpJson(wallet, "/wallet/primary/send", {
+          rate: 10_000,
+          outputs: [{ address: payee, value: 12_345 }, { address: payee, value: 67_891 }]
+        }).pipe(Effect.flatMap(Schema.decodeUnknown(Schema.Struct({ hash: Schema.String }))))
+        const [mined] = yield* rpc(env.BITCOIN_RPC_URL, "generatetoaddress", [1, funding], Schema.Array(Schema.String))
+        const block = yield* clients.block("bitcoin", height + 1n)
+        expect(block.hash).toBe(mined)
+        const toPayee = block.transfers.filter((t) => t.to === payee)
+        expect(toPayee).toEqual([{ txHash: sent.hash, to: payee, value: 80_236n, index: expect.any(Number) }])
+        expect(toPayee[0]?.index).toBeGreaterThan(0)
+      }).pipe(withClients(env))
+    }))
+})
+
+describe("ChainClients failures", () => {
+  it.live("an unreachable node is ChainUnavailable", () =>
+    Effect.gen(function*() {
+      const port = yield* closedPort
+      const env = {
+        CHAINS: "ethereum,bitcoin",
+        RPC_URL_ETHEREUM: `http://127.0.0.1:${port}/`,
+        BITCOIN_RPC_URL: `http://u:p@127.0.0.1:${port}/`
+      }
+      yield* Effect.gen(function*() {
+        const clients = yield* ChainClients
+        const evm = yield* Effect.flip(clients.head("ethereum"))
+        expect(evm).toBeInstanceOf(ChainUnavailable)
+        expect(evm.chain).toBe("ethereum")
+        const btc = yield* Effect.flip(clients.head("bitcoin"))
+        expect(btc).toBeInstanceOf(ChainUnavailable)
+        expect(btc.chain).toBe("bitcoin")
+      }).pipe(withClients(env))
+    }))
+
+  it.live("a node that never answers fails with ChainUnavailable within RPC_TIMEOUT_MS", () =>
+    Effect.gen(function*() {
+      const { port } = yield* silentServer
+      const url = `http://127.0.0.1:${port}/`
+      const env = { CHAINS: "ethereum,bitcoin", RPC_URL_ETHEREUM: url, BITCOIN_RPC_URL: url, RPC_TIMEOUT_MS: "400" }
+      yield* Effect.gen(function*() {
+        const clients = yield* ChainClients
+        for (const chain of ["ethereum", "bitcoin"] as const) {
+          const started = Date.now()
+          const error = yield* Effect.flip(clients.head(chain))
+          const elapsed = Date.now() - started
+          expect(error).toBeInstanceOf(ChainUnavailable)
+          expect(error.chain).toBe(chain)
+          expect(elapsed).toBeGreaterThanOrEqual(350)
+          expect(elapsed).toBeLessThan(2_000)
+        }
+      }).pipe(withClients(env))
+    }).pipe(Effect.scoped))
+
+  it.live("a disabled chain is ChainUnavailable and says so", () =>
+    Effect.gen(function*() {
+      const clients = yield* ChainClients
+      expect(clients.enabledChains).toEqual(["ethereum"])
+      const error = yield* Effect.flip(clients.head("base"))
+      expect(error).toEqual(new ChainUnavailable({ chain: "base", message: "chain base is disabled (not listed in CHAINS)" }))
+      expect((yield* Effect.flip(clients.bitcoin)).message).toMatch(/disabled/)
+    }).pipe(withClients({ CHAINS: "ethereum" })))
+
+  it.live("an unknown name in CHAINS is a configuration error", () =>
+    Effect.gen(function*() {
+      const exit = yield* Effect.exit(ChainClients.pipe(withClients({ CHAINS: "ethereum, dogecoin" })))
+      expect(Exit.isFailure(exit)).toBe(true)
+      expect(String(exit)).toMatch(/unknown chain\(s\) dogecoin/)
+    }))
+})

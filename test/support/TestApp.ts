@@ -1,0 +1,123 @@
+/**
+ * The whole service in-process on a random port, against a fresh PostgreSQL database, the
+ * local price server and the real chain nodes of the test run (anvil, bitcoin regtest).
+ * Configuration goes through an in-memory ConfigProvider: the same `Config` reads as in
+ * production, with test values.
+ */
+import { HttpServer } from "@effect/platform"
+import { NodeHttpServer } from "@effect/platform-node"
+import { ConfigProvider, Context, Duration, Effect, Layer, Logger, LogLevel, Schedule } from "effect"
+import type { Scope } from "effect"
+import { createServer } from "node:http"
+import { AppLive } from "../../src/main.ts"
+import { freshDatabase } from "./Database.ts"
+import { PriceServer, type PriceServerHandle } from "./PriceServer.ts"
+
+/** A parsed JSON document, indexable the way a test reads it. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type Json = any
+
+export interface ApiResponse {
+  readonly status: number
+  readonly headers: Headers
+  readonly text: string
+  /** The parsed JSON body; tests read it the way a client would. */
+  readonly body: Json
+}
+
+export interface TestApp {
+  readonly baseUrl: string
+  readonly prices: PriceServerHandle
+  readonly databaseUrl: string
+  readonly request: (
+    method: string,
+    path: string,
+    options?: { readonly json?: unknown; readonly body?: string; readonly key?: string; readonly headers?: Record<string, string> }
+  ) => Effect.Effect<ApiResponse>
+}
+
+export const anvilUrl = (): string => process.env.ANVIL_URL ?? "http://127.0.0.1:8545"
+export const bitcoinRpcUrl = (): string => process.env.BITCOIN_RPC_URL ?? "http://confirmd:confirmd@127.0.0.1:18443"
+
+/** Addresses that are valid on the test chains, for donation targets. */
+export const donationAddresses = {
+  DONATION_ADDRESS_ETHEREUM: "0x000000000000000000000000000000000000dEaD",
+  DONATION_ADDRESS_BINANCE: "0x000000000000000000000000000000000000bEEF"
+} as const
+
+export const baseConfig = (): Record<string, string> => ({
+  CHAINS: "ethereum,bnb,bitcoin",
+  RPC_URL_ETHEREUM: anvilUrl(),
+  RPC_URL_BNB: anvilUrl(),
+  BITCOIN_RPC_URL: bitcoinRpcUrl(),
+  BITCOIN_NETWORK: "regtest",
+  BITCOIN_BECH32_PREFIX: "rb",
+  BITCOIN_PUBKEYHASH_VERSION: "60",
+  BITCOIN_SCRIPTHASH_VERSION: "38",
+  ...donationAddresses
+})
+
+export const makeTestApp = (overrides: Record<string, string> = {}): Effect.Effect<TestApp, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const prices = yield* PriceServer.make
+    const database = yield* freshDatabase
+    const config = new Map(Object.entries({
+      ...baseConfig(),
+      ...prices.env,
+      DATABASE_URL: database.url,
+      DATABASE_POOL_SIZE: "20",
+      ...overrides
+    }))
+    const context = yield* Layer.build(
+      AppLive.pipe(
+        Layer.provideMerge(NodeHttpServer.layer(createServer, { port: 0, host: "127.0.0.1" })),
+        Layer.provide(Logger.minimumLogLevel(LogLevel.Warning)),
+        Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(config)))
+      )
+    ).pipe(Effect.orDie)
+    const server = yield* HttpServer.HttpServer.pipe(Effect.provide(context))
+    const address = server.address
+    const baseUrl = address._tag === "TcpAddress" ? `http://127.0.0.1:${address.port}` : "http://unix"
+
+    const request: TestApp["request"] = (method, path, options = {}) =>
+      Effect.promise(async () => {
+        const headers: Record<string, string> = { ...options.headers }
+        if (options.key !== undefined) headers["x-api-key"] = options.key
+        let body: string | undefined = options.body
+        if (options.json !== undefined) {
+          body = JSON.stringify(options.json)
+          headers["content-type"] = "application/json"
+        }
+        const response = await fetch(`${baseUrl}${path}`, { method, headers, ...(body === undefined ? {} : { body }) })
+        const text = await response.text()
+        let parsed: unknown = undefined
+        try {
+          parsed = text === "" ? undefined : JSON.parse(text)
+        } catch {
+          parsed = undefined
+        }
+        return { status: response.status, headers: response.headers, text, body: parsed }
+      })
+
+    return { baseUrl, prices, databaseUrl: database.url, request }
+  })
+
+/** A merchant with an active subscription; returns its API key. */
+export const subscribe = (app: TestApp, plan: "growth" | "scale" = "growth") =>
+  Effect.map(
+    app.request("POST", "/signup", { json: { method: "subscribe", plan } }),
+    (response) => response.body.api_key as string
+  )
+
+export class App extends Context.Tag("test/App")<App, TestApp>() {
+  static readonly layer = (overrides: Record<string, string> = {}) => Layer.scoped(App, makeTestApp(overrides))
+}
+
+/** Re-runs `effect` until `done` holds for its result, polling every 100 ms, for at most `seconds`. */
+export const eventually = <A, E, R>(effect: Effect.Effect<A, E, R>, done: (a: A) => boolean, seconds = 20) =>
+  effect.pipe(
+    Effect.filterOrFail(done, () => new Error("condition not met yet")),
+    Effect.retry(Schedule.spaced(Duration.millis(100))),
+    Effect.timeoutFail({ duration: Duration.seconds(seconds), onTimeout: () => new Error(`condition not met in ${seconds}s`) }),
+    Effect.orDie
+  )
