@@ -89,18 +89,19 @@ const ApiLive = HttpApiBuilder.api(ConfirmdApi).pipe(
   Layer.provide(AuthenticationLive)
 )
 
+/** The API served on whatever `HttpServer` is provided (a socket in `main`, port 0 in tests). */
 export const HttpLive = HttpApiBuilder.serve(withRequestId).pipe(
   Layer.provide(HttpApiSwagger.layer({ path: "/docs" })),
   Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
   Layer.provide(RequestErrorsLive),
   Layer.provide(ApiLive),
-  HttpServer.withLogAddress,
-  Layer.provide(
-    Layer.unwrapEffect(
-      Effect.map(
-        Config.integer("PORT").pipe(Config.withDefault(8080)),
-        (port) => NodeHttpServer.layer(createServer, { port, host: "0.0.0.0" })
-      )
-    )
+  HttpServer.withLogAddress
+)
+
+/** Listens on `PORT` (default 8080). */
+export const NodeServerLive = Layer.unwrapEffect(
+  Effect.map(
+    Config.integer("PORT").pipe(Config.withDefault(8080)),
+    (port) => NodeHttpServer.layer(createServer, { port, host: "0.0.0.0" })
   )
 )
