@@ -1,3 +1,4 @@
+import type { HttpRouter, HttpServer } from "@effect/platform"
 import { NodeRuntime } from "@effect/platform-node"
 import { Effect, Layer, Logger } from "effect"
 import { Accounts } from "./Accounts/Accounts.ts"
@@ -25,13 +26,18 @@ const ServicesLive = Layer.mergeAll(Payments.Default, Signup.Default, Challenges
   Layer.provideMerge(DatabaseLive)
 )
 
-/** The whole program but the listening socket: `main` adds it, tests use their own. */
-export const AppLive = HttpLive.pipe(
-  Layer.provideMerge(BackgroundLive),
-  Layer.provide(ServicesLive)
-)
+/**
+ * The whole program on the given `HttpServer` (a socket in `main`, port 0 in tests). The
+ * services are built first, so the socket only opens once every request can be answered.
+ */
+export const makeApp = <E, R>(server: Layer.Layer<HttpServer.HttpServer | HttpRouter.HttpRouter.DefaultServices, E, R>) =>
+  HttpLive.pipe(
+    Layer.provideMerge(server),
+    Layer.provideMerge(BackgroundLive),
+    Layer.provide(ServicesLive)
+  )
 
-export const MainLive = AppLive.pipe(Layer.provide(NodeServerLive), Layer.provide(Logger.json))
+export const MainLive = makeApp(NodeServerLive).pipe(Layer.provide(Logger.json))
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   Layer.launch(MainLive).pipe(NodeRuntime.runMain({ disablePrettyLogger: true }))

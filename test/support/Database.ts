@@ -9,7 +9,8 @@ import { randomBytes } from "node:crypto"
 
 export const serverUrl = (): string => process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 
-const admin = <A, E>(f: (sql: PgClient.PgClient) => Effect.Effect<A, E>) =>
+/** Runs `f` with a connection to the server's maintenance database. */
+export const admin = <A, E>(f: (sql: PgClient.PgClient) => Effect.Effect<A, E>) =>
   Effect.scoped(
     Effect.flatMap(PgClient.make({ url: Redacted.make(serverUrl()), maxConnections: 1 }), f)
   ).pipe(Effect.provide(Reactivity.layer), Effect.orDie)

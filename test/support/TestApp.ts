@@ -9,7 +9,7 @@ import { NodeHttpServer } from "@effect/platform-node"
 import { ConfigProvider, Context, Duration, Effect, Layer, Logger, LogLevel, Schedule } from "effect"
 import type { Scope } from "effect"
 import { createServer } from "node:http"
-import { AppLive } from "../../src/main.ts"
+import { makeApp } from "../../src/main.ts"
 import { freshDatabase } from "./Database.ts"
 import { PriceServer, type PriceServerHandle } from "./PriceServer.ts"
 
@@ -69,8 +69,7 @@ export const makeTestApp = (overrides: Record<string, string> = {}): Effect.Effe
       ...overrides
     }))
     const context = yield* Layer.build(
-      AppLive.pipe(
-        Layer.provideMerge(NodeHttpServer.layer(createServer, { port: 0, host: "127.0.0.1" })),
+      makeApp(NodeHttpServer.layer(createServer, { port: 0, host: "127.0.0.1" })).pipe(
         Layer.provide(Logger.minimumLogLevel(LogLevel.Warning)),
         Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(config)))
       )
@@ -88,7 +87,12 @@ export const makeTestApp = (overrides: Record<string, string> = {}): Effect.Effe
           body = JSON.stringify(options.json)
           headers["content-type"] = "application/json"
         }
-        const response = await fetch(`${baseUrl}${path}`, { method, headers, ...(body === undefined ? {} : { body }) })
+        const response = await fetch(`${baseUrl}${path}`, {
+          method,
+          headers,
+          signal: AbortSignal.timeout(30_000),
+          ...(body === undefined ? {} : { body })
+        })
         const text = await response.text()
         let parsed: unknown = undefined
         try {

@@ -1,0 +1,174 @@
+/**
+ * The messages of the `<prefix>.blocks.<chain>` topics, shared by the ingester (producer)
+ * and the matcher (consumer). JSON, versioned; bigints are decimal strings.
+ *
+ * - `block`: one canonical block, in order of height. A block whose JSON would exceed
+ *   `maxMessageBytes` is split into consecutive parts (`part` 0..`parts`-1), each with the
+ *   full header and a run of the transfers; `assembleBlocks` joins them again.
+ * - `reorg`: blocks from `fromNumber` on were orphaned; the canonical blocks from
+ *   `fromNumber` follow as `block` messages. `commonAncestor` is null when the fork is
+ *   deeper than the headers the ingester keeps (`REORG_DEPTH`): everything from
+ *   `fromNumber` on must then be treated as orphaned.
+ *
+ * The record key is the chain and each topic has one partition, so order is kept.
+ */
+import { Effect, Option, Schema, Stream } from "effect"
+import type { ParseResult } from "effect"
+import { ChainName } from "../Domain/Chain.ts"
+import type { ChainBlock } from "../Chains/Block.ts"
+import type { EventLogService, Message, OutgoingRecord } from "../EventLog/EventLog.ts"
+
+/**
+ * Largest encoded message, in bytes: half of Kafka's default 1 MB message limit, so a
+ * message fits even where no compression and no topic override apply.
+ */
+export const maxMessageBytes = 512 * 1024
+
+export const TransferMessage = Schema.Struct({
+  txHash: Schema.String,
+  to: Schema.String,
+  /** The sender, where the chain client reports one (not yet: reserved for EVM). */
+  from: Schema.optional(Schema.String),
+  /** Smallest units. */
+  value: Schema.BigInt,
+  /** Position of the transaction in its block. */
+  index: Schema.Number
+})
+export type TransferMessage = typeof TransferMessage.Type
+
+export const BlockRef = Schema.Struct({ number: Schema.BigInt, hash: Schema.String })
+export type BlockRef = typeof BlockRef.Type
+
+export const BlockRecord = Schema.Struct({
+  type: Schema.Literal("block"),
+  version: Schema.Literal(1),
+  chain: ChainName,
+  number: Schema.BigInt,
+  hash: Schema.String,
+  parentHash: Schema.String,
+  /** Unix seconds. */
+  timestamp: Schema.Number,
+  part: Schema.Int,
+  parts: Schema.Int,
+  transfers: Schema.Array(TransferMessage)
+})
+export type BlockRecord = typeof BlockRecord.Type
+
+export const ReorgRecord = Schema.Struct({
+  type: Schema.Literal("reorg"),
+  version: Schema.Literal(1),
+  chain: ChainName,
+  /** The first orphaned height. */
+  fromNumber: Schema.BigInt,
+  /** The orphaned blocks the ingester had published, ascending. */
+  orphaned: Schema.Array(BlockRef),
+  commonAncestor: Schema.NullOr(BlockRef)
+})
+export type ReorgRecord = typeof ReorgRecord.Type
+
+export const BlockMessage = Schema.Union(BlockRecord, ReorgRecord)
+export type BlockMessage = typeof BlockMessage.Type
+
+const BlockMessageJson = Schema.parseJson(BlockMessage)
+const encodeJson = Schema.encodeSync(BlockMessageJson)
+const decodeJson = Schema.decode(BlockMessageJson)
+const encodeTransfer = Schema.encodeSync(TransferMessage)
+const utf8 = new TextEncoder()
+const text = new TextDecoder()
+
+export const encodeMessage = (message: BlockMessage): Uint8Array => utf8.encode(encodeJson(message))
+
+export const decodeMessage = (bytes: Uint8Array): Effect.Effect<BlockMessage, ParseResult.ParseError> =>
+  decodeJson(text.decode(bytes))
+
+/** The topic of a chain's blocks. */
+export const blocksTopic = (eventLog: EventLogService, chain: ChainName): string =>
+  eventLog.topicName(`blocks.${chain}`)
+
+/**
+ * The block as one or more `block` records, each encoding to at most `maxBytes`. Sizes are
+ * exact for the ASCII content of blocks; `slack` covers the digits of `part`/`parts`.
+ */
+export const blockRecords = (block: ChainBlock, maxBytes: number = maxMessageBytes): ReadonlyArray<BlockRecord> => {
+  const header = {
+    type: "block",
+    version: 1,
+    chain: block.chain,
+    number: block.number,
+    hash: block.hash,
+    parentHash: block.parentHash,
+    timestamp: block.timestamp
+  } as const
+  const slack = 32
+  const headerBytes = encodeMessage({ ...header, part: 0, parts: 1, transfers: [] }).byteLength + slack
+  const runs: Array<Array<TransferMessage>> = [[]]
+  let bytes = headerBytes
+  for (const transfer of block.transfers) {
+    // +1 for the separating comma.
+    const size = utf8.encode(JSON.stringify(encodeTransfer(transfer))).byteLength + 1
+    const run = runs[runs.length - 1]!
+    if (run.length > 0 && bytes + size > maxBytes) {
+      runs.push([transfer])
+      bytes = headerBytes + size
+    } else {
+      run.push(transfer)
+      bytes += size
+    }
+  }
+  return runs.map((transfers, part) => ({ ...header, part, parts: runs.length, transfers }))
+}
+
+/** Records to publish for `messages`, keyed by chain so that they stay in order. */
+export const outgoing = (
+  eventLog: EventLogService,
+  messages: ReadonlyArray<BlockMessage>
+): ReadonlyArray<OutgoingRecord> =>
+  messages.map((message) => ({
+    topic: blocksTopic(eventLog, message.chain),
+    key: message.chain,
+    value: encodeMessage(message),
+    headers: { type: message.type, version: String(message.version) }
+  }))
+
+/** A whole event: a reorg, or a block with all its transfers (`part` 0 of `parts` 1). */
+export interface BlockEvent {
+  readonly message: BlockMessage
+  /** The log message that completed the event: commit it once the event is processed. */
+  readonly source: Message
+}
+
+interface PendingRun {
+  readonly first: BlockRecord
+  readonly transfers: ReadonlyArray<TransferMessage>
+  /** The part expected next. */
+  readonly next: number
+}
+
+/**
+ * Decodes a blocks topic and joins split blocks. An incomplete run of parts (the producer
+ * failed mid-block and published the block again from part 0) is dropped. Commit
+ * `source` of each event: it covers all the event's parts.
+ */
+export const assembleBlocks = <E, R>(
+  messages: Stream.Stream<Message, E, R>
+): Stream.Stream<BlockEvent, E | ParseResult.ParseError, R> =>
+  messages.pipe(
+    Stream.mapEffect((source) => Effect.map(decodeMessage(source.value), (message) => ({ message, source }))),
+    Stream.mapAccum(Option.none<PendingRun>(), (pending, { message, source }) => {
+      if (message.type === "reorg" || message.parts === 1) {
+        return [Option.none(), Option.some<BlockEvent>({ message, source })]
+      }
+      const run: Option.Option<PendingRun> = message.part === 0
+        ? Option.some({ first: message, transfers: [...message.transfers], next: 1 })
+        : Option.flatMap(pending, (run) =>
+          run.first.hash === message.hash && run.first.parts === message.parts && run.next === message.part
+            ? Option.some({ first: run.first, transfers: [...run.transfers, ...message.transfers], next: run.next + 1 })
+            : Option.none())
+      if (Option.isSome(run) && run.value.next === message.parts) {
+        const whole: BlockRecord = { ...run.value.first, part: 0, parts: 1, transfers: run.value.transfers }
+        return [Option.none(), Option.some<BlockEvent>({ message: whole, source })]
+      }
+      return [run, Option.none<BlockEvent>()]
+    }),
+    Stream.filterMap((event) => event)
+  )

@@ -1,0 +1,255 @@
+/**
+ * One ingester fiber per enabled chain: polls the node, fetches new blocks (concurrently
+ * when catching up), publishes them in order to `<prefix>.blocks.<chain>` and then advances
+ * the chain's cursor in PostgreSQL. Delivery is at-least-once: a crash between the publish
+ * and the cursor write publishes that block again, and consumers are idempotent.
+ *
+ * Reorgs: each block's parentHash is checked against the cursor. On a mismatch the ingester
+ * walks back over its kept headers (`REORG_DEPTH`), comparing each with the node's hash at
+ * that height, to the common ancestor; it publishes one `reorg` record, forgets the
+ * orphaned headers and goes on from ancestor + 1. When no kept header is on the node's
+ * chain (a fork deeper than `REORG_DEPTH`), it logs an error, publishes a reorg from the
+ * oldest kept header with no common ancestor and continues from there unchecked.
+ *
+ * A node whose head is not above the cursor (caught up; or lagging, resyncing, restarted
+ * with a fresh chain): when the node's block at its head height differs from the kept
+ * header, that is a reorg as above (so a fork of the same length is seen without waiting
+ * for the next block); otherwise (same block, or a height no longer kept) the ingester
+ * waits for the node, and the parent check decides once it passes the cursor.
+ *
+ * Failures (node down, EventLog or database errors, defects) are logged with the chain and
+ * the error, counted in the `IngesterRegistry`, and the ingester starts again from its
+ * cursor after a jittered exponential backoff: 500 ms doubling to 30 s, reset by progress.
+ *
+ * Configuration:
+ * - `INGEST_CONCURRENCY` (8): blocks fetched at once while catching up.
+ * - `REORG_DEPTH` (64): headers kept per chain, the deepest reorg handled exactly.
+ * - `POLL_INTERVAL_MS_<CHAIN>`, else `POLL_INTERVAL_MS`, else half the chain's block time
+ *   clamped to 250 ms .. 10 s: the wait between polls once caught up.
+ * - `START_BLOCK_<CHAIN>`: where a chain without a cursor starts (default: the node's head).
+ */
+import { Cause, Config, ConfigError, Duration, Effect, Either, FiberMap, Layer, Option, Predicate, Random, Ref, Stream } from "effect"
+import { type ChainBlock, ChainClients } from "../Chains/ChainClients.ts"
+import { type ChainName, chains } from "../Domain/Chain.ts"
+import { EventLog } from "../EventLog/EventLog.ts"
+import { blockRecords, type BlockRef, blocksTopic, outgoing, type ReorgRecord } from "./BlockMessage.ts"
+import { IngestCursors, type Tip } from "./Cursor.ts"
+import { IngesterRegistry } from "./IngesterRegistry.ts"
+
+export interface IngestSettings {
+  readonly concurrency: number
+  readonly reorgDepth: number
+  readonly pollInterval: Duration.Duration
+  readonly startBlock: Option.Option<bigint>
+}
+
+const atLeastOne = (name: string) =>
+  Config.integer(name).pipe(Config.validate({ message: `${name} must be at least 1`, validation: (n) => n >= 1 }))
+
+export const defaultPollMillis = (chain: ChainName): number =>
+  Math.min(10_000, Math.max(250, Math.round(chains[chain].blockTimeMs / 2)))
+
+export const ingestSettingsConfig = (chain: ChainName): Config.Config<IngestSettings> => {
+  const upper = chain.toUpperCase()
+  const startName = `START_BLOCK_${upper}`
+  return Config.all({
+    concurrency: atLeastOne("INGEST_CONCURRENCY").pipe(Config.withDefault(8)),
+    reorgDepth: atLeastOne("REORG_DEPTH").pipe(Config.withDefault(64)),
+    pollInterval: Config.all([
+      Config.option(atLeastOne(`POLL_INTERVAL_MS_${upper}`)),
+      Config.option(atLeastOne("POLL_INTERVAL_MS"))
+    ]).pipe(
+      Config.map(([specific, general]) =>
+        Duration.millis(Option.getOrElse(Option.orElse(specific, () => general), () => defaultPollMillis(chain))))
+    ),
+    startBlock: Config.option(Config.string(startName).pipe(
+      Config.mapOrFail((text) =>
+        /^\d+$/.test(text.trim())
+          ? Either.right(BigInt(text.trim()))
+          : Either.left(ConfigError.InvalidData([startName], `${startName} must be a block height`)))
+    ))
+  })
+}
+
+/** `<tag>: <message>` of the failure, for logs and the registry. */
+const describeCause = (cause: Cause.Cause<unknown>): string => {
+  const error = Cause.squash(cause)
+  if (Predicate.hasProperty(error, "message") && typeof error.message === "string") {
+    return Predicate.hasProperty(error, "_tag") && typeof error._tag === "string"
+      ? `${error._tag}: ${error.message}`
+      : error.message
+  }
+  return String(error)
+}
+
+/** 500 ms doubling per consecutive failure, at most 30 s, ±20 %. */
+const backoff = (failures: number) =>
+  Effect.map(
+    Random.nextRange(0.8, 1.2),
+    (jitter) => Duration.millis(Math.round(Math.min(30_000, 500 * 2 ** failures) * jitter))
+  )
+
+/** Runs the ingester of `chain` until interrupted, starting again after every failure. */
+export const runIngester = (chain: ChainName, settings: IngestSettings) =>
+  Effect.gen(function*() {
+    const clients = yield* ChainClients
+    const eventLog = yield* EventLog
+    const cursors = yield* IngestCursors
+    const registry = yield* IngesterRegistry
+    const topic = blocksTopic(eventLog, chain)
+    const batch = BigInt(settings.concurrency * 16)
+    const failures = yield* Ref.make(0)
+    const progressed = Ref.set(failures, 0)
+
+    /** One run from the stored cursor; fails on the first error. */
+    const attempt = Effect.gen(function*() {
+      yield* eventLog.ensureTopics([{ name: topic, partitions: 1 }])
+      let tip: Tip | null = Option.getOrNull(yield* cursors.tip(chain))
+      let next: bigint = tip !== null
+        ? tip.number + 1n
+        : Option.isSome(settings.startBlock)
+        ? settings.startBlock.value
+        : yield* clients.head(chain)
+      let behindLogged = false
+
+      const rewound = (to: Tip, published: BlockRef | null) => {
+        tip = to
+        next = to.number + 1n
+        return registry.update(chain, (s) => ({ ...s, reorgs: s.reorgs + 1, lastPublished: published }))
+      }
+
+      /** Publishes the reorg below the kept headers, comparing them with the node up to `nodeHead`. */
+      const reorg = (nodeHead: bigint) =>
+        Effect.gen(function*() {
+          const known = yield* cursors.headers(chain)
+          const orphaned: Array<BlockRef> = []
+          let ancestor: BlockRef | null = null
+          for (const header of known) {
+            if (header.number <= nodeHead && (yield* clients.blockHash(chain, header.number)) === header.hash) {
+              ancestor = header
+              break
+            }
+            orphaned.unshift(header)
+          }
+          const fromNumber = ancestor !== null ? ancestor.number + 1n : orphaned[0]?.number ?? next
+          const record: ReorgRecord = {
+            type: "reorg",
+            version: 1,
+            chain,
+            fromNumber,
+            orphaned,
+            commonAncestor: ancestor
+          }
+          const details = { fromNumber: String(fromNumber), depth: orphaned.length }
+          if (ancestor === null) {
+            yield* Effect.logError(`reorg deeper than the ${settings.reorgDepth} kept headers; continuing unchecked`)
+              .pipe(Effect.annotateLogs(details))
+          } else {
+            yield* Effect.logWarning("reorg").pipe(Effect.annotateLogs(details))
+          }
+          yield* eventLog.publish(outgoing(eventLog, [record]))
+          const to: Tip = ancestor ?? { number: fromNumber - 1n, hash: null }
+          yield* cursors.rewind(chain, to)
+          yield* rewound(to, ancestor)
+        })
+
+      /** Publishes `block` if it extends the cursor; otherwise handles the reorg and says stop. */
+      const accept = (block: ChainBlock, nodeHead: bigint) =>
+        Effect.gen(function*() {
+          if (tip !== null && tip.hash !== null && block.parentHash !== tip.hash) {
+            yield* reorg(nodeHead)
+            return false
+          }
+          yield* eventLog.publish(outgoing(eventLog, blockRecords(block)))
+          const published: BlockRef = { number: block.number, hash: block.hash }
+          yield* cursors.advance(chain, published, settings.reorgDepth)
+          tip = published
+          next = block.number + 1n
+          yield* registry.update(chain, (s) => ({ ...s, lastPublished: published }))
+          yield* progressed
+          return true
+        })
+
+      /**
+       * Nothing new. A node at or below the cursor may have switched to another fork of
+       * the same or a shorter length: compare its head block with the kept one.
+       */
+      const idle = (head: bigint) =>
+        Effect.gen(function*() {
+          yield* progressed
+          if (tip !== null && head <= tip.number) {
+            const kept = head === tip.number
+              ? tip.hash
+              : (yield* cursors.headers(chain)).find((header) => header.number === head)?.hash ?? null
+            if (kept !== null && (yield* clients.blockHash(chain, head)) !== kept) {
+              return yield* reorg(head)
+            }
+            if (head < tip.number && !behindLogged) {
+              behindLogged = true
+              yield* Effect.logWarning("node is behind the cursor; waiting for it").pipe(
+                Effect.annotateLogs({ head: String(head), cursor: String(tip.number) })
+              )
+            }
+          }
+          yield* Effect.sleep(settings.pollInterval)
+        })
+
+      while (true) {
+        const head = yield* clients.head(chain)
+        yield* registry.update(chain, (s) => ({ ...s, state: "running", head }))
+        if (head < next) {
+          yield* idle(head)
+          continue
+        }
+        behindLogged = false
+        const last = head < next + batch - 1n ? head : next + batch - 1n
+        const heights = Array.from({ length: Number(last - next + 1n) }, (_, i) => next + BigInt(i))
+        // mapEffect keeps the order of heights while fetching several at once.
+        yield* Stream.fromIterable(heights).pipe(
+          Stream.mapEffect((height) => clients.block(chain, height), { concurrency: settings.concurrency }),
+          Stream.runForEachWhile((block) => accept(block, head))
+        )
+      }
+    })
+
+    return yield* attempt.pipe(
+      Effect.catchAllCause((cause) =>
+        Effect.gen(function*() {
+          const delay = yield* Effect.flatMap(Ref.getAndUpdate(failures, (n) => n + 1), backoff)
+          const error = describeCause(cause)
+          yield* Effect.logError("ingester failed; starting again after a backoff", cause).pipe(
+            Effect.annotateLogs({ error, retryInMs: Duration.toMillis(delay) })
+          )
+          yield* registry.update(chain, (s) => ({
+            ...s,
+            state: "backing-off",
+            lastError: error,
+            restarts: s.restarts + 1
+          }))
+          yield* Effect.sleep(delay)
+        })
+      ),
+      Effect.forever,
+      Effect.ensuring(registry.update(chain, (s) => ({ ...s, state: "stopped" }))),
+      Effect.annotateLogs({ component: "ingester", chain })
+    )
+  })
+
+/**
+ * Starts one supervised ingester per enabled chain for the life of the layer; fails to
+ * build on invalid ingest configuration. Needs ChainClients, EventLog, IngesterRegistry
+ * and the SQL client (migrated).
+ */
+export const IngestersLive = Layer.scopedDiscard(
+  Effect.gen(function*() {
+    const clients = yield* ChainClients
+    const settings = yield* Effect.forEach(
+      clients.enabledChains,
+      (chain) => Effect.map(ingestSettingsConfig(chain), (s) => [chain, s] as const)
+    )
+    const fibers = yield* FiberMap.make<ChainName>()
+    for (const [chain, chainSettings] of settings) {
+      yield* FiberMap.run(fibers, chain, runIngester(chain, chainSettings))
+    }
+  })
+).pipe(Layer.provide(IngestCursors.Default))

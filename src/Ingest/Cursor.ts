@@ -1,0 +1,63 @@
+/**
+ * The ingester's durable state per chain in PostgreSQL (tables from 00003_ingest): the
+ * cursor and the recent headers. Written only after the EventLog acknowledged what they
+ * describe, so a crash in between republishes rather than skips.
+ */
+import { SqlClient } from "@effect/sql"
+import type { SqlError } from "@effect/sql"
+import { Effect, Option, Schema } from "effect"
+import type { ChainName } from "../Domain/Chain.ts"
+import { BlockRef } from "./BlockMessage.ts"
+
+/** The newest published block still canonical; `hash` null: do not check the next parent. */
+export interface Tip {
+  readonly number: bigint
+  readonly hash: string | null
+}
+
+// int8 columns arrive as decimal strings.
+const TipRow = Schema.Struct({ number: Schema.BigInt, hash: Schema.NullOr(Schema.String) })
+const decodeTips = Schema.decodeUnknown(Schema.Array(TipRow))
+const decodeRefs = Schema.decodeUnknown(Schema.Array(BlockRef))
+
+export class IngestCursors extends Effect.Service<IngestCursors>()("confirmd/IngestCursors", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+
+    const tip = (chain: ChainName): Effect.Effect<Option.Option<Tip>, SqlError.SqlError> =>
+      sql`SELECT number::text AS number, hash FROM ingest_cursors WHERE chain = ${chain}`.pipe(
+        Effect.flatMap((rows) => Effect.orDie(decodeTips(rows))),
+        Effect.map((rows) => Option.fromNullable(rows[0]))
+      )
+
+    /** The kept headers, newest first. */
+    const headers = (chain: ChainName): Effect.Effect<ReadonlyArray<BlockRef>, SqlError.SqlError> =>
+      sql`SELECT number::text AS number, hash FROM ingest_headers WHERE chain = ${chain} ORDER BY ingest_headers.number DESC`.pipe(
+        Effect.flatMap((rows) => Effect.orDie(decodeRefs(rows)))
+      )
+
+    /** Records `block` as published: the new cursor and header, keeping the newest `depth` headers. */
+    const advance = (chain: ChainName, block: BlockRef, depth: number): Effect.Effect<void, SqlError.SqlError> =>
+      Effect.all([
+        sql`INSERT INTO ingest_headers (chain, number, hash) VALUES (${chain}, ${String(block.number)}, ${block.hash})
+            ON CONFLICT (chain, number) DO UPDATE SET hash = excluded.hash`,
+        setTip(chain, block),
+        sql`DELETE FROM ingest_headers WHERE chain = ${chain} AND number <= ${String(block.number - BigInt(depth))}`
+      ], { discard: true }).pipe(sql.withTransaction)
+
+    /** After a published reorg: forget the orphaned headers and move the cursor back to `to`. */
+    const rewind = (chain: ChainName, to: Tip): Effect.Effect<void, SqlError.SqlError> =>
+      Effect.all([
+        to.hash === null
+          ? sql`DELETE FROM ingest_headers WHERE chain = ${chain}`
+          : sql`DELETE FROM ingest_headers WHERE chain = ${chain} AND number > ${String(to.number)}`,
+        setTip(chain, to)
+      ], { discard: true }).pipe(sql.withTransaction)
+
+    const setTip = (chain: ChainName, to: Tip) =>
+      sql`INSERT INTO ingest_cursors (chain, number, hash) VALUES (${chain}, ${String(to.number)}, ${to.hash})
+          ON CONFLICT (chain) DO UPDATE SET number = excluded.number, hash = excluded.hash, updated_at = clock_timestamp()`
+
+    return { tip, headers, advance, rewind }
+  })
+}) {}

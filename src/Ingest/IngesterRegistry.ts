@@ -1,0 +1,56 @@
+/**
+ * In-memory status of every chain ingester, for operators (/metrics, /ops/status): what
+ * each one is doing, how far it got, and how often it failed or saw a reorg.
+ */
+import { DateTime, Effect, SubscriptionRef } from "effect"
+import type { ChainName } from "../Domain/Chain.ts"
+import type { BlockRef } from "./BlockMessage.ts"
+
+export type IngesterState = "starting" | "running" | "backing-off" | "stopped"
+
+export interface IngesterStatus {
+  readonly chain: ChainName
+  readonly state: IngesterState
+  /** The node's head at the last poll. */
+  readonly head: bigint | null
+  /** The newest published block that is still canonical (the cursor). */
+  readonly lastPublished: BlockRef | null
+  /** The last failure, `<tag>: <message>`; kept after recovery. */
+  readonly lastError: string | null
+  /** Failures that made the ingester back off and start again. */
+  readonly restarts: number
+  readonly reorgs: number
+  readonly updatedAt: DateTime.Utc
+}
+
+export type IngesterStatuses = ReadonlyMap<ChainName, IngesterStatus>
+
+const initial = (chain: ChainName, now: DateTime.Utc): IngesterStatus => ({
+  chain,
+  state: "starting",
+  head: null,
+  lastPublished: null,
+  lastError: null,
+  restarts: 0,
+  reorgs: 0,
+  updatedAt: now
+})
+
+export class IngesterRegistry extends Effect.Service<IngesterRegistry>()("confirmd/IngesterRegistry", {
+  effect: Effect.gen(function*() {
+    const ref = yield* SubscriptionRef.make<IngesterStatuses>(new Map())
+    return {
+      /** The current statuses, one per started ingester. */
+      statuses: SubscriptionRef.get(ref),
+      /** The current statuses, then every change. */
+      changes: ref.changes,
+      update: (
+        chain: ChainName,
+        f: (status: IngesterStatus) => Omit<IngesterStatus, "updatedAt">
+      ): Effect.Effect<void> =>
+        Effect.flatMap(DateTime.now, (now) =>
+          SubscriptionRef.update(ref, (statuses) =>
+            new Map(statuses).set(chain, { ...f(statuses.get(chain) ?? initial(chain, now)), updatedAt: now })))
+    }
+  })
+}) {}

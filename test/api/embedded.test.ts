@@ -1,0 +1,92 @@
+/**
+ * The embedded defaults, as `npm start` runs them: no DATABASE_URL, PGlite in ./data of the
+ * working directory, one real process. Only prices and the chain node are pointed at the
+ * test engines, because this sandbox reaches no public API.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { type ChildProcess, spawn } from "node:child_process"
+import { mkdtempSync, readdirSync, rmSync } from "node:fs"
+import { createServer } from "node:net"
+import { tmpdir } from "node:os"
+import { join, resolve } from "node:path"
+import { PriceServer } from "../support/PriceServer.ts"
+import { anvilUrl, eventually, type Json } from "../support/TestApp.ts"
+
+const repo = resolve(import.meta.dirname, "../..")
+
+const freePort = Effect.async<number>((resume) => {
+  const server = createServer()
+  server.listen(0, "127.0.0.1", () => {
+    const address = server.address()
+    const port = typeof address === "object" && address !== null ? address.port : 0
+    server.close(() => resume(Effect.succeed(port)))
+  })
+})
+
+/** `npm start`'s program as a child process in `cwd`; stopped with SIGTERM when the scope closes. */
+const startService = (cwd: string, env: Record<string, string>) =>
+  Effect.acquireRelease(
+    Effect.sync(() =>
+      spawn(join(repo, "node_modules/.bin/tsx"), [join(repo, "src/main.ts")], {
+        cwd,
+        env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "", ...env },
+        stdio: ["ignore", "ignore", "inherit"]
+      })
+    ),
+    (child: ChildProcess) =>
+      Effect.async<void>((resume) => {
+        if (child.exitCode !== null) return resume(Effect.void)
+        child.once("exit", () => resume(Effect.void))
+        child.kill("SIGTERM")
+      })
+  )
+
+const call = (base: string, method: string, path: string, json?: unknown, key?: string) =>
+  Effect.promise(async () => {
+    const headers: Record<string, string> = {}
+    if (json !== undefined) headers["content-type"] = "application/json"
+    if (key !== undefined) headers["x-api-key"] = key
+    const response = await fetch(`${base}${path}`, {
+      method,
+      headers,
+      signal: AbortSignal.timeout(5_000),
+      ...(json === undefined ? {} : { body: JSON.stringify(json) })
+    })
+      .catch(() => undefined)
+    const body: Json = response === undefined ? undefined : await response.json().catch(() => undefined)
+    return { status: response?.status ?? 0, body }
+  })
+
+describe("embedded defaults", () => {
+  it.scopedLive("serves a merchant's first payment from PGlite, keeps it across a restart, and writes only ./data", () =>
+    Effect.gen(function*() {
+      const prices = yield* PriceServer.make
+      const cwd = mkdtempSync(join(tmpdir(), "confirmd-embedded-"))
+      yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(cwd, { recursive: true, force: true })))
+      const port = yield* freePort
+      const base = `http://127.0.0.1:${port}`
+      const env = { ...prices.env, PORT: String(port), CHAINS: "ethereum", RPC_URL_ETHEREUM: anvilUrl() }
+
+      const paymentId = yield* Effect.scoped(Effect.gen(function*() {
+        yield* startService(cwd, env)
+        yield* eventually(call(base, "GET", "/health"), (r) => r.status === 200, 60)
+        const signup = yield* call(base, "POST", "/signup", { method: "subscribe", plan: "growth" })
+        const key = signup.body.api_key as string
+        yield* call(base, "POST", "/addresses", { chain: "ethereum", addresses: ["0x1111111111111111111111111111111111111111"] }, key)
+        const payment = yield* call(base, "POST", "/payments", { usd_amount: "25", chain: "ethereum", callback_url: "https://93.184.216.34/hook" }, key)
+        expect(payment.status).toBe(200)
+        return { id: payment.body.payment_id as string, key, amount: payment.body.amount_native as string }
+      }))
+
+      yield* Effect.scoped(Effect.gen(function*() {
+        yield* startService(cwd, env)
+        yield* eventually(call(base, "GET", "/health"), (r) => r.status === 200, 60)
+        const status = yield* call(base, "GET", `/payments/${paymentId.id}`, undefined, paymentId.key)
+        expect(status.status).toBe(200)
+        expect(status.body).toMatchObject({ status: "PENDING", amount_native: paymentId.amount })
+      }))
+
+      expect(readdirSync(cwd)).toEqual(["data"])
+    }), { timeout: 180_000 })
+})

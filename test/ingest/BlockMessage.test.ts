@@ -1,0 +1,117 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Chunk, Effect, FastCheck, Stream } from "effect"
+import { randomBytes } from "node:crypto"
+import { gzipSync } from "node:zlib"
+import type { ChainBlock } from "../../src/Chains/Block.ts"
+import type { Message } from "../../src/EventLog/EventLog.ts"
+import {
+  assembleBlocks,
+  type BlockMessage,
+  blockRecords,
+  decodeMessage,
+  encodeMessage,
+  maxMessageBytes
+} from "../../src/Ingest/BlockMessage.ts"
+
+const hex = (bytes: number) => randomBytes(bytes).toString("hex")
+
+/** A bitcoin-like block: `outputs` transfers to distinct bech32-sized addresses. */
+const syntheticBlock = (outputs: number): ChainBlock => ({
+  chain: "bitcoin",
+  number: 840_000n,
+  hash: hex(32),
+  parentHash: hex(32),
+  timestamp: 1_713_571_767,
+  transfers: Array.from({ length: outputs }, (_, i) => ({
+    txHash: hex(32),
+    to: `bc1q${hex(19)}`,
+    value: 1_000n + BigInt(i) * 2_099_999_997_690n,
+    index: Math.floor(i / 3)
+  }))
+})
+
+const asMessages = (messages: ReadonlyArray<BlockMessage>): ReadonlyArray<Message> =>
+  messages.map((message, i) => ({
+    topic: "t",
+    partition: 0,
+    offset: BigInt(i),
+    key: message.chain,
+    value: encodeMessage(message),
+    headers: {},
+    commit: Effect.void
+  }))
+
+const assemble = (messages: ReadonlyArray<BlockMessage>) =>
+  Stream.fromIterable(asMessages(messages)).pipe(assembleBlocks, Stream.runCollect, Effect.map(Chunk.toReadonlyArray))
+
+describe("block messages", () => {
+  it.effect("a block and a reorg survive encoding", () =>
+    Effect.gen(function*() {
+      const block = syntheticBlock(3)
+      const [record] = blockRecords(block)
+      expect(record).toMatchObject({ type: "block", version: 1, part: 0, parts: 1, number: 840_000n })
+      expect(yield* decodeMessage(encodeMessage(record!))).toEqual(record)
+      const json = JSON.parse(new TextDecoder().decode(encodeMessage(record!)))
+      expect(json.number).toBe("840000")
+      expect(json.transfers[1].value).toBe(String(1_000n + 2_099_999_997_690n))
+
+      const reorg: BlockMessage = {
+        type: "reorg",
+        version: 1,
+        chain: "ethereum",
+        fromNumber: 10n,
+        orphaned: [{ number: 10n, hash: "0xa" }, { number: 11n, hash: "0xb" }],
+        commonAncestor: { number: 9n, hash: "0x9" }
+      }
+      expect(yield* decodeMessage(encodeMessage(reorg))).toEqual(reorg)
+    }))
+
+  it.effect("a block of 6,000 outputs is split into parts under the limit and joined again", () =>
+    Effect.gen(function*() {
+      const block = syntheticBlock(6_000)
+      const records = blockRecords(block)
+      const sizes = records.map((r) => encodeMessage(r).byteLength)
+      const whole = sizes.reduce((a, b) => a + b, 0)
+      expect(records.length).toBeGreaterThan(1)
+      for (const size of sizes) expect(size).toBeLessThanOrEqual(maxMessageBytes)
+      // Under Kafka's default 1 MB limit even before the log compresses it.
+      console.log(
+        `6,000 outputs: ${whole} bytes of JSON in ${records.length} parts (${sizes.join(", ")});` +
+          ` gzipped ${records.map((r) => gzipSync(encodeMessage(r)).byteLength).join(", ")}`
+      )
+      const events = yield* assemble(records)
+      expect(events).toHaveLength(1)
+      expect(events[0]!.source.offset).toBe(BigInt(records.length - 1))
+      const joined = events[0]!.message
+      expect(joined.type === "block" && joined.transfers).toEqual(block.transfers)
+      expect(joined).toMatchObject({ part: 0, parts: 1, hash: block.hash })
+    }))
+
+  it.effect("an interrupted run of parts is dropped; the republished block comes through whole", () =>
+    Effect.gen(function*() {
+      const block = syntheticBlock(400)
+      const records = blockRecords(block, 16 * 1024)
+      expect(records.length).toBeGreaterThanOrEqual(3)
+      const next = blockRecords({ ...syntheticBlock(1), number: block.number + 1n, parentHash: block.hash })
+      const events = yield* assemble([...records.slice(0, 2), ...records, ...next])
+      expect(events.map((e) => e.message.type === "block" && e.message.number)).toEqual([block.number, block.number + 1n])
+      const first = events[0]!.message
+      expect(first.type === "block" && first.transfers.length).toBe(400)
+    }))
+
+  it.effect.prop(
+    "splitting then assembling gives the block back, every part under the limit",
+    [FastCheck.integer({ min: 0, max: 300 }), FastCheck.integer({ min: 2_000, max: 40_000 })],
+    ([outputs, limit]) =>
+      Effect.gen(function*() {
+        const block = syntheticBlock(outputs)
+        const records = blockRecords(block, limit)
+        for (const record of records) expect(encodeMessage(record).byteLength).toBeLessThanOrEqual(limit)
+        const events = yield* assemble(records)
+        expect(events).toHaveLength(1)
+        const joined = events[0]!.message
+        expect(joined.type === "block" && joined.transfers).toEqual(block.transfers)
+      }),
+    { fastCheck: { numRuns: 30 } }
+  )
+})

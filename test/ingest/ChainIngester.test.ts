@@ -1,0 +1,223 @@
+// The ethereum ingester against real anvil nodes, through the Kafka and the embedded EventLog.
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Ref } from "effect"
+import { execFileSync } from "node:child_process"
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import * as path from "node:path"
+import { createTestClient, createWalletClient, http, type Hash } from "viem"
+import { generatePrivateKey, privateKeyToAccount } from "viem/accounts"
+import { freshDatabase } from "../support/Database.ts"
+import {
+  anvilKey,
+  anvilUrl,
+  blocksOf,
+  canonical,
+  collect,
+  gapsAndRepeats,
+  logKinds,
+  makeEventLog,
+  rpc,
+  spawnAnvil,
+  startIngesters,
+  startStoppable,
+  statusUntil,
+  until
+} from "./harness.ts"
+
+const anvilClients = (url: string) => {
+  const transport = http(url)
+  return {
+    test: createTestClient({ mode: "anvil", transport }),
+    wallet: createWalletClient({ account: privateKeyToAccount(anvilKey), transport })
+  }
+}
+
+const headOf = (url: string) => Effect.map(rpc(url, "eth_blockNumber"), (n) => BigInt(n as string))
+
+const blockHashAt = (url: string, height: bigint) =>
+  Effect.map(rpc(url, "eth_getBlockByNumber", [`0x${height.toString(16)}`, false]), (b) => (b as { hash: string }).hash)
+
+const env = (databaseUrl: string, url: string, extra: Record<string, string> = {}) => ({
+  CHAINS: "ethereum",
+  RPC_URL_ETHEREUM: url,
+  DATABASE_URL: databaseUrl,
+  POLL_INTERVAL_MS: "100",
+  RPC_TIMEOUT_MS: "2000",
+  ...extra
+})
+
+describe.each(logKinds)("ChainIngester on anvil through the %s EventLog", (kind) => {
+  it.scopedLive("publishes every block in order with its native transfers", () =>
+    Effect.gen(function*() {
+      const database = yield* freshDatabase
+      const eventLog = yield* makeEventLog(kind)
+      const seen = yield* collect(eventLog, "ethereum")
+      const registry = yield* startIngesters(eventLog, env(database.url, anvilUrl()))
+      const start = yield* statusUntil(registry, "ethereum", (s) => s.lastPublished !== null)
+
+      const { test, wallet } = anvilClients(anvilUrl())
+      const sent: Array<{ hash: Hash; to: `0x${string}`; value: bigint }> = []
+      for (let i = 0; i < 6; i++) {
+        const to = privateKeyToAccount(generatePrivateKey()).address.toLowerCase() as `0x${string}`
+        const value = 10n ** 15n + BigInt(i)
+        sent.push({ hash: yield* Effect.promise(() => wallet.sendTransaction({ chain: null, to, value })), to, value })
+      }
+      // Mined explicitly in case automine is off.
+      yield* Effect.promise(() => test.mine({ blocks: 1 }))
+      const head = yield* headOf(anvilUrl())
+      yield* statusUntil(registry, "ethereum", (s) => s.lastPublished !== null && s.lastPublished.number >= head)
+      const blocks = blocksOf(yield* until(Ref.get(seen), (all) => blocksOf(all).at(-1)?.number === head))
+
+      expect(blocks[0]?.number).toBe(start.lastPublished!.number)
+      expect(gapsAndRepeats(blocks)).toEqual([])
+      const transfers = blocks.flatMap((b) => b.transfers)
+      for (const { hash, to, value } of sent) {
+        expect(transfers.filter((t) => t.txHash === hash)).toEqual([{ txHash: hash, to, value, index: expect.any(Number) }])
+      }
+    }))
+
+  it.scopedLive("catches up 300 blocks mined while stopped, in order, with no gap or repeat", () =>
+    Effect.gen(function*() {
+      const database = yield* freshDatabase
+      const eventLog = yield* makeEventLog(kind)
+      const seen = yield* collect(eventLog, "ethereum")
+      const { test } = anvilClients(anvilUrl())
+
+      const first = yield* startStoppable(eventLog, env(database.url, anvilUrl()))
+      yield* Effect.promise(() => test.mine({ blocks: 3 }))
+      const before = yield* headOf(anvilUrl())
+      yield* statusUntil(first.registry, "ethereum", (s) => s.lastPublished?.number === before)
+      yield* first.stop
+
+      yield* Effect.promise(() => test.mine({ blocks: 300 }))
+      const head = yield* headOf(anvilUrl())
+      const started = Date.now()
+      const second = yield* startIngesters(eventLog, env(database.url, anvilUrl()))
+      yield* statusUntil(second, "ethereum", (s) => s.lastPublished?.number === head, 60)
+      const elapsed = Date.now() - started
+      const blocks = blocksOf(yield* until(Ref.get(seen), (all) => blocksOf(all).at(-1)?.number === head))
+      console.log(`${kind}: caught up ${head - before} blocks in ${elapsed} ms`)
+
+      expect(gapsAndRepeats(blocks)).toEqual([])
+      expect(blocks.filter((b) => b.number > before)).toHaveLength(Number(head - before))
+    }))
+
+  it.scopedLive("anvil_reorg yields one reorg record and then the replacement blocks", () =>
+    Effect.gen(function*() {
+      const database = yield* freshDatabase
+      const eventLog = yield* makeEventLog(kind)
+      const seen = yield* collect(eventLog, "ethereum")
+      const { test, wallet } = anvilClients(anvilUrl())
+      const registry = yield* startIngesters(eventLog, env(database.url, anvilUrl()))
+      yield* statusUntil(registry, "ethereum", (s) => s.lastPublished !== null)
+      yield* Effect.promise(() => test.mine({ blocks: 5 }))
+      const head = yield* headOf(anvilUrl())
+      const before = yield* until(Ref.get(seen), (all) => blocksOf(all).at(-1)?.number === head)
+      const orphaned = blocksOf(before).filter((b) => b.number > head - 3n)
+      expect(orphaned).toHaveLength(3)
+
+      // Replace the newest 3 blocks. The first new one carries a transfer, so it differs from
+      // the block it replaces (an empty block re-mined in the same second would not).
+      const to = privateKeyToAccount(generatePrivateKey()).address.toLowerCase()
+      yield* rpc(anvilUrl(), "anvil_reorg", [3, [[{ from: wallet.account.address, to, value: "0x2a" }, 0]]])
+      const afterReorg = yield* headOf(anvilUrl())
+      yield* statusUntil(registry, "ethereum", (s) => s.reorgs === 1 && s.lastPublished?.number === afterReorg)
+      const messages = yield* until(Ref.get(seen), (all) => blocksOf(all).at(-1)?.number === afterReorg)
+
+      const reorgs = messages.filter((m) => m.type === "reorg")
+      expect(reorgs).toEqual([{
+        type: "reorg",
+        version: 1,
+        chain: "ethereum",
+        fromNumber: head - 2n,
+        orphaned: orphaned.map((b) => ({ number: b.number, hash: b.hash })),
+        commonAncestor: { number: head - 3n, hash: orphaned[0]!.parentHash }
+      }])
+      const after = blocksOf(messages.slice(messages.indexOf(reorgs[0]!)))
+      expect(after.map((b) => b.number)).toEqual([head - 2n, head - 1n, head].filter((n) => n <= afterReorg))
+      for (const block of after) expect(orphaned.map((b) => b.hash)).not.toContain(block.hash)
+      expect(after.flatMap((b) => b.transfers).map((t) => [t.to, t.value])).toEqual([[to, 42n]])
+      const { chain, gaps, repeats } = canonical(messages)
+      expect([gaps, repeats]).toEqual([[], 0])
+      expect(chain.at(-1)?.hash).toBe(after.at(-1)?.hash)
+    }))
+
+  it.scopedLive("backs off while its node is down and resumes without gap or repeat; a node back with a fresh chain is a reorg", () =>
+    Effect.gen(function*() {
+      const port = kind === "kafka" ? 8555 : 8556
+      const state = path.join(mkdtempSync(path.join(tmpdir(), "confirmd-anvil-")), "state.json")
+      const database = yield* freshDatabase
+      const eventLog = yield* makeEventLog(kind)
+      const seen = yield* collect(eventLog, "ethereum")
+
+      const node = yield* spawnAnvil(port, ["--state", state])
+      const { test } = anvilClients(node.url)
+      yield* Effect.promise(() => test.mine({ blocks: 5 }))
+      const registry = yield* startIngesters(eventLog, env(database.url, node.url, { START_BLOCK_ETHEREUM: "0" }))
+      yield* statusUntil(registry, "ethereum", (s) => s.lastPublished?.number === 5n)
+
+      yield* node.stop
+      const down = yield* statusUntil(registry, "ethereum", (s) => s.state === "backing-off" && s.restarts >= 2)
+      expect(down.lastError).toMatch(/^ChainUnavailable: /)
+
+      // Back with its chain (saved on exit): it goes on where it stopped.
+      const again = yield* spawnAnvil(port, ["--state", state])
+      yield* Effect.promise(() => anvilClients(again.url).test.mine({ blocks: 10 }))
+      const resumed = yield* statusUntil(registry, "ethereum", (s) => s.lastPublished?.number === 15n, 60)
+      expect(resumed.state).toBe("running")
+      expect(resumed.reorgs).toBe(0)
+      const blocks = blocksOf(yield* until(Ref.get(seen), (all) => blocksOf(all).at(-1)?.number === 15n))
+      expect(blocks.map((b) => b.number)).toEqual(Array.from({ length: 16 }, (_, i) => BigInt(i)))
+      expect(gapsAndRepeats(blocks)).toEqual([])
+
+      // Back with a fresh chain, behind the cursor: nothing kept matches it, so everything
+      // published is orphaned and the new chain is published from its genesis.
+      yield* again.stop
+      const fresh = yield* spawnAnvil(port)
+      yield* Effect.promise(() => anvilClients(fresh.url).test.mine({ blocks: 3 }))
+      yield* statusUntil(registry, "ethereum", (s) => s.reorgs === 1 && s.lastPublished?.number === 3n, 60)
+      const messages = yield* until(Ref.get(seen), (all) => blocksOf(all).at(-1)?.number === 3n)
+      const reorg = messages.find((m) => m.type === "reorg")
+      expect(reorg).toMatchObject({ fromNumber: 0n, commonAncestor: null })
+      expect(reorg?.type === "reorg" && reorg.orphaned.map((b) => b.number)).toEqual(blocks.map((b) => b.number))
+      const { chain, gaps, repeats } = canonical(messages)
+      expect([gaps, repeats]).toEqual([[], 0])
+      expect(chain.map((b) => b.number)).toEqual([0n, 1n, 2n, 3n])
+      expect(chain.at(-1)?.hash).toBe(yield* blockHashAt(fresh.url, 3n))
+    }), 120_000)
+
+  // Restarts the shared broker: only when it is the one services/kafka runs for this checkout.
+  const kafkaDir = path.resolve(".services/kafka")
+  const ownBroker = existsSync(path.join(kafkaDir, "kafka.pid")) &&
+    process.env.KAFKA_BROKERS === `127.0.0.1:${process.env.KAFKA_PORT ?? "9092"}`
+  it.scopedLive.runIf(kind === "kafka" && ownBroker)("loses nothing across a broker restart", () =>
+    Effect.gen(function*() {
+      const database = yield* freshDatabase
+      const eventLog = yield* makeEventLog(kind)
+      const seen = yield* collect(eventLog, "ethereum")
+      const { test } = anvilClients(anvilUrl())
+      const registry = yield* startIngesters(eventLog, env(database.url, anvilUrl()))
+      const first = yield* statusUntil(registry, "ethereum", (s) => s.lastPublished !== null)
+
+      // stop.sh forgets that a test run started the broker; keep that for the run's teardown.
+      const marker = path.join(kafkaDir, "started-by-tests")
+      const startedByTests = existsSync(marker) ? readFileSync(marker, "utf8") : null
+      const script = (name: string) => Effect.sync(() => execFileSync("bash", [`services/kafka/${name}.sh`], { stdio: "ignore" }))
+      yield* script("stop")
+      yield* Effect.promise(() => test.mine({ blocks: 5 }))
+      yield* statusUntil(registry, "ethereum", (s) => s.state === "backing-off" && /EventLogError/.test(s.lastError ?? ""), 60)
+      yield* script("start")
+      if (startedByTests !== null) writeFileSync(marker, startedByTests)
+      yield* Effect.promise(() => test.mine({ blocks: 5 }))
+
+      const head = yield* headOf(anvilUrl())
+      const messages = yield* until(Ref.get(seen), (all) => blocksOf(all).at(-1)?.number === head, 90)
+      const { chain, gaps, repeats } = canonical(messages)
+      console.log(`broker restart: ${repeats} block(s) delivered twice`)
+      expect(gaps).toEqual([])
+      expect(chain.map((b) => b.number)).toEqual(
+        Array.from({ length: Number(head - first.lastPublished!.number + 1n) }, (_, i) => first.lastPublished!.number + BigInt(i))
+      )
+    }), 180_000)
+})
