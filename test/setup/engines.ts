@@ -10,7 +10,7 @@
  * Teardown stops only engines that a test run started, and only when no other
  * test run in this checkout still uses them: each run holds a lease file
  * (.services/<engine>/leases/<pid>) while it runs. The machine's PostgreSQL is
- * never stopped.
+ * never stopped. Chromium (for the /docs test) is installed when missing.
  */
 import { Command, FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
@@ -153,7 +153,19 @@ const teardown = (provided: ReadonlyArray<Engine>) =>
     })
   )
 
+/** Debian's Chromium for the /docs rendering test, installed when missing. */
+const ensureChromium = Effect.gen(function*() {
+  if (process.env.CHROMIUM_PATH !== undefined) return
+  const path = yield* Path.Path
+  const dir = yield* root
+  const out = yield* Command.string(
+    Command.make("bash", path.join(dir, "services", "chromium", "install.sh")).pipe(Command.stderr("inherit"))
+  )
+  process.env.CHROMIUM_PATH = out.trim()
+})
+
 const setup = Effect.gen(function*() {
+  yield* ensureChromium
   const wanted = (yield* engines).filter((engine) => process.env[engine.variable] === undefined)
   // Engines start concurrently: Kafka alone may take a while (jar download on first use).
   const results = yield* Effect.forEach(wanted, (engine) => provide(engine).pipe(Effect.either), {
