@@ -8,8 +8,11 @@ import { Challenges } from "./Challenges/Challenges.ts"
 import { ChainClients } from "./Chains/ChainClients.ts"
 import { DatabaseLive } from "./Database/Database.ts"
 import { DonationAddresses } from "./Donations/DonationAddresses.ts"
+import { EventLogLive } from "./EventLog/Live.ts"
 import { MonitorState } from "./Health/MonitorState.ts"
 import { HttpLive, NodeServerLive } from "./Http/Server.ts"
+import { IngestersLive } from "./Ingest/ChainIngester.ts"
+import { IngesterRegistry } from "./Ingest/IngesterRegistry.ts"
 import { Payments } from "./Payments/Payments.ts"
 import { PriceOracle } from "./Price/PriceOracle.ts"
 import { ExpirySweeperLive } from "./Watches/ExpirySweeper.ts"
@@ -18,11 +21,15 @@ import { Watches } from "./Watches/Watches.ts"
 /** Marks the monitor as running once every background fiber it depends on has started. */
 const MonitorRunningLive = Layer.effectDiscard(Effect.flatMap(MonitorState, (monitor) => monitor.markRunning))
 
-const BackgroundLive = MonitorRunningLive.pipe(Layer.provide(ExpirySweeperLive))
+const BackgroundLive = MonitorRunningLive.pipe(
+  Layer.provide(Layer.mergeAll(ExpirySweeperLive, IngestersLive))
+)
 
 const ServicesLive = Layer.mergeAll(Payments.Default, Signup.Default, Challenges.Default).pipe(
   Layer.provideMerge(Layer.mergeAll(Accounts.Default, Addresses.Default, Watches.Default, DonationAddresses.Default)),
-  Layer.provideMerge(Layer.mergeAll(PriceOracle.Default, ChainClients.Default, MonitorState.Default)),
+  Layer.provideMerge(
+    Layer.mergeAll(PriceOracle.Default, ChainClients.Default, MonitorState.Default, IngesterRegistry.Default, EventLogLive)
+  ),
   Layer.provideMerge(DatabaseLive)
 )
 

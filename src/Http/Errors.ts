@@ -20,8 +20,8 @@ export const ErrorEnvelope = Schema.Struct({ error: ErrorBody }).annotations({
   description: "Every error response: a machine-readable code, a message and an optional hint."
 })
 
-const enveloped = <A extends ErrorBody>(
-  self: Schema.Schema<A, any> & { new(props: ErrorBody): A },
+const enveloped = <A extends ErrorBody, I>(
+  self: Schema.Schema<A, I> & { new(props: ErrorBody): A },
   status: number
 ) =>
   Schema.transform(ErrorEnvelope, Schema.typeSchema(self), {

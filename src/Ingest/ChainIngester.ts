@@ -104,7 +104,12 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
     /** One run from the stored cursor; fails on the first error. */
     const attempt = Effect.gen(function*() {
       yield* eventLog.ensureTopics([{ name: topic, partitions: 1 }])
-      let tip: Tip | null = Option.getOrNull(yield* cursors.tip(chain))
+      const stored = Option.getOrNull(yield* cursors.tip(chain))
+      if (stored !== null && stored.hash !== null) {
+        const published: BlockRef = { number: stored.number, hash: stored.hash }
+        yield* registry.update(chain, (s) => ({ ...s, lastPublished: published }))
+      }
+      let tip: Tip | null = stored
       let next: bigint = tip !== null
         ? tip.number + 1n
         : Option.isSome(settings.startBlock)
