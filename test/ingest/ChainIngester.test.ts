@@ -187,11 +187,12 @@ describe.each(logKinds)("ChainIngester on anvil through the %s EventLog", (kind)
       expect(chain.at(-1)?.hash).toBe(yield* blockHashAt(fresh.url, 3n))
     }), 120_000)
 
-  // Restarts the shared broker: only when it is the one services/kafka runs for this checkout.
+  // Kafka only. It restarts the broker, which it can only do for the one services/kafka runs
+  // for this checkout (as in CI); against a broker of someone else's it is skipped.
   const kafkaDir = path.resolve(".services/kafka")
   const ownBroker = existsSync(path.join(kafkaDir, "kafka.pid")) &&
     process.env.KAFKA_BROKERS === `127.0.0.1:${process.env.KAFKA_PORT ?? "9092"}`
-  it.scopedLive.runIf(kind === "kafka" && ownBroker)("loses nothing across a broker restart", () =>
+  if (kind === "kafka") it.scopedLive.skipIf(!ownBroker)("loses nothing across a broker restart", () =>
     Effect.gen(function*() {
       const database = yield* freshDatabase
       const eventLog = yield* makeEventLog(kind)
