@@ -8,7 +8,10 @@ import { HttpServer } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { ConfigProvider, Context, Duration, Effect, Layer, Logger, LogLevel, Schedule } from "effect"
 import type { Scope } from "effect"
+import { mkdtempSync, rmSync } from "node:fs"
 import { createServer } from "node:http"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { makeApp } from "../../src/main.ts"
 import { freshDatabase } from "./Database.ts"
 import { PriceServer, type PriceServerHandle } from "./PriceServer.ts"
@@ -57,15 +60,23 @@ export const baseConfig = (): Record<string, string> => ({
   ...donationAddresses
 })
 
-export const makeTestApp = (overrides: Record<string, string> = {}): Effect.Effect<TestApp, never, Scope.Scope> =>
+/**
+ * `database: "embedded"` runs on PGlite in a temporary `DATA_DIR` instead of a fresh
+ * PostgreSQL database, as `npm start` does.
+ */
+export const makeTestApp = (
+  overrides: Record<string, string> = {},
+  options: { readonly database?: "postgres" | "embedded" } = {}
+): Effect.Effect<TestApp, never, Scope.Scope> =>
   Effect.gen(function*() {
     const prices = yield* PriceServer.make
-    const database = yield* freshDatabase
+    const database = options.database === "embedded"
+      ? yield* temporaryDataDir
+      : { DATABASE_URL: (yield* freshDatabase).url, DATABASE_POOL_SIZE: "20" }
     const config = new Map(Object.entries({
       ...baseConfig(),
       ...prices.env,
-      DATABASE_URL: database.url,
-      DATABASE_POOL_SIZE: "20",
+      ...database,
       ...overrides
     }))
     const context = yield* Layer.build(
@@ -103,7 +114,7 @@ export const makeTestApp = (overrides: Record<string, string> = {}): Effect.Effe
         return { status: response.status, headers: response.headers, text, body: parsed }
       })
 
-    return { baseUrl, prices, databaseUrl: database.url, request }
+    return { baseUrl, prices, databaseUrl: database.DATABASE_URL ?? "", request }
   })
 
 /** A merchant with an active subscription; returns its API key. */
@@ -114,8 +125,16 @@ export const subscribe = (app: TestApp, plan: "growth" | "scale" = "growth") =>
   )
 
 export class App extends Context.Tag("test/App")<App, TestApp>() {
-  static readonly layer = (overrides: Record<string, string> = {}) => Layer.scoped(App, makeTestApp(overrides))
+  static readonly layer = (
+    overrides: Record<string, string> = {},
+    options: { readonly database?: "postgres" | "embedded" } = {}
+  ) => Layer.scoped(App, makeTestApp(overrides, options))
 }
+
+const temporaryDataDir = Effect.acquireRelease(
+  Effect.sync(() => ({ DATA_DIR: mkdtempSync(join(tmpdir(), "confirmd-data-")) }) as Record<string, string>),
+  ({ DATA_DIR }) => Effect.sync(() => rmSync(DATA_DIR!, { recursive: true, force: true }))
+)
 
 /** Re-runs `effect` until `done` holds for its result, polling every 100 ms, for at most `seconds`. */
 export const eventually = <A, E, R>(effect: Effect.Effect<A, E, R>, done: (a: A) => boolean, seconds = 20) =>

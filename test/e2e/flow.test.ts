@@ -1,0 +1,251 @@
+/**
+ * End to end, as a merchant and a payer see it: the whole service (HTTP, ingesters, matcher,
+ * webhook dispatcher, outbox relay) against PostgreSQL + Kafka, and again on the embedded
+ * defaults (PGlite + in-process log), driven only through HTTP and the chain nodes.
+ */
+import { expect, layer } from "@effect/vitest"
+import { Effect } from "effect"
+import { Kafka, logLevel } from "kafkajs"
+import { randomBytes } from "node:crypto"
+import { anvil, bitcoin } from "../support/Chains.ts"
+import { App, eventually, type Json, subscribe } from "../support/TestApp.ts"
+import { WebhookReceiver } from "../support/WebhookReceiver.ts"
+
+/** anvil dev accounts 3 and 4: merchant receive addresses (funds only ever arrive there). */
+const SHOP = "0x90f79bf6eb2c4f870365e785982e1f101e93b906"
+const OTHER = "0x15d34aaf54267db7d7c367839aaf71a00a2c6a65"
+/** A regtest address for signup donations (bcoin's `rb` prefix). */
+const DONATION_BTC = "rb1qqgpqyqszqgpqyqszqgpqyqszqgpqyqszgde5ep"
+
+const variants = [
+  { name: "PostgreSQL and Kafka", kafka: true },
+  { name: "the embedded defaults (PGlite, in-process log)", kafka: false }
+] as const
+
+for (const variant of variants) {
+  const prefix = `e2e-${randomBytes(4).toString("hex")}`
+  const config: Record<string, string> = {
+    CALLBACK_ALLOW_PRIVATE_NETWORKS: "true",
+    POLL_INTERVAL_MS: "100",
+    CONFIRMATIONS_REQUIRED: "2",
+    DONATION_ADDRESS_BITCOIN: DONATION_BTC,
+    MATCHER_GROUP_ID: `confirmd-matcher-${prefix}`,
+    ...(variant.kafka ? { KAFKA_BROKERS: process.env.KAFKA_BROKERS ?? "127.0.0.1:9092", KAFKA_TOPIC_PREFIX: prefix } : {})
+  }
+  const seenIds: Array<{ id: string; type: string }> = []
+
+  layer(App.layer(config, { database: variant.kafka ? "postgres" : "embedded" }), { excludeTestServices: true })(
+    `end to end on ${variant.name}`,
+    (it) => {
+      const merchant = Effect.gen(function*() {
+        const app = yield* App
+        const key = yield* subscribe(app)
+        expect((yield* app.request("POST", "/addresses", { key, json: { chain: "ethereum", addresses: [SHOP] } })).status).toBe(200)
+        return key
+      })
+
+      const status = (key: string, id: string) =>
+        Effect.flatMap(App, (app) => Effect.map(app.request("GET", `/payments/${id}`, { key }), (r) => r.body as Json))
+
+      it.scoped("detects the exact transfer, counts confirmations, pays at 2 and calls the webhook", () =>
+        Effect.gen(function*() {
+          const app = yield* App
+          const receiver = yield* WebhookReceiver.make()
+          const key = yield* merchant
+          const account = (yield* app.request("GET", "/account", { key })).body
+          const payment = (yield* app.request("POST", "/payments", {
+            key,
+            json: { usd_amount: "12.5", chain: "ethereum", callback_url: receiver.url }
+          })).body
+          const txHash = yield* anvil.send(SHOP, BigInt(payment.amount_wei))
+          const receipt = yield* anvil.receipt(txHash)
+
+          const seen = yield* eventually(status(key, payment.payment_id), (s) => s.tx_hash !== null)
+          expect(seen).toMatchObject({ status: "PENDING", tx_hash: txHash, confirmations: 1 })
+          yield* anvil.mine(1)
+          const paid = yield* eventually(status(key, payment.payment_id), (s) => s.status === "PAID")
+          expect(paid).toMatchObject({ tx_hash: txHash, confirmations: 2 })
+
+          const [call] = yield* receiver.waitFor(1)
+          expect(call!.method).toBe("POST")
+          expect(call!.headers["content-type"]).toContain("application/json")
+          expect(call!.body).toEqual({
+            paymentId: payment.payment_id,
+            userId: account.user_id,
+            chain: "ethereum",
+            address: SHOP,
+            txHash,
+            blockNumber: Number(BigInt(receipt.blockNumber)),
+            confirmations: 2,
+            expectedAmountWei: payment.amount_wei
+          })
+          seenIds.push({ id: payment.payment_id, type: "payment.paid" })
+        }))
+
+      it.scoped("a different amount or another address matches nothing", () =>
+        Effect.gen(function*() {
+          const app = yield* App
+          const receiver = yield* WebhookReceiver.make()
+          const key = yield* merchant
+          const create = (usd: string) =>
+            Effect.map(
+              app.request("POST", "/payments", { key, json: { usd_amount: usd, chain: "ethereum", callback_url: receiver.url } }),
+              (r) => r.body as Json
+            )
+          const target = yield* create("20")
+          yield* anvil.send(SHOP, BigInt(target.amount_wei) + 1n)
+          yield* anvil.send(SHOP, BigInt(target.amount_wei) - 1n)
+          yield* anvil.send(OTHER, BigInt(target.amount_wei))
+          // A control payment paid after the wrong transfers: once it is PAID, the matcher has
+          // been through every block that held them.
+          const control = yield* create("21")
+          yield* anvil.send(SHOP, BigInt(control.amount_wei))
+          yield* anvil.mine(1)
+          yield* eventually(status(key, control.payment_id), (s) => s.status === "PAID")
+          expect(yield* status(key, target.payment_id)).toMatchObject({ status: "PENDING", tx_hash: null, confirmations: 0 })
+          const calls = yield* receiver.waitFor(1)
+          expect(calls.map((c) => (c.body as Json).paymentId)).toEqual([control.payment_id])
+        }))
+
+      it.scoped("a reorg before the threshold removes the detection; the re-mined transfer pays it", () =>
+        Effect.gen(function*() {
+          const app = yield* App
+          const receiver = yield* WebhookReceiver.make()
+          const key = yield* merchant
+          const payment = (yield* app.request("POST", "/payments", {
+            key,
+            json: { usd_amount: "30", chain: "ethereum", callback_url: receiver.url }
+          })).body
+          const txHash = yield* anvil.send(SHOP, BigInt(payment.amount_wei))
+          yield* eventually(status(key, payment.payment_id), (s) => s.confirmations === 1)
+          // Replace the block that held the transfer with an empty one.
+          yield* anvil.rpc("anvil_reorg", [1, []])
+          const undone = yield* eventually(status(key, payment.payment_id), (s) => s.tx_hash === null)
+          expect(undone).toMatchObject({ status: "PENDING", confirmations: 0 })
+          // The payer's transfer is mined again (anvil keeps it pending, or it is sent again).
+          const pending = (yield* anvil.rpc("eth_getTransactionByHash", [txHash])) as { blockNumber: string | null } | null
+          const remined = pending === null ? yield* anvil.send(SHOP, BigInt(payment.amount_wei)) : txHash
+          yield* anvil.mine(2)
+          const paid = yield* eventually(status(key, payment.payment_id), (s) => s.status === "PAID")
+          expect(paid.tx_hash).toBe(remined)
+          const [call] = yield* receiver.waitFor(1)
+          expect((call!.body as Json).txHash).toBe(remined)
+          seenIds.push({ id: payment.payment_id, type: "payment.paid" })
+        }))
+
+      it.scoped("a public challenge on ethereum is confirmed on its first mined match and calls back", () =>
+        Effect.gen(function*() {
+          const app = yield* App
+          const receiver = yield* WebhookReceiver.make()
+          const challenge = (yield* app.request("POST", "/challenges", {
+            json: { chain: "ethereum", usd_amount: "3", callback_url: receiver.urlFor("/challenge") }
+          })).body
+          const txHash = yield* anvil.send(challenge.address, BigInt(challenge.amount_smallest))
+          const confirmed = yield* eventually(
+            Effect.map(app.request("GET", `/challenges/${challenge.challenge_id}`), (r) => r.body as Json),
+            (c) => c.status === "CONFIRMED"
+          )
+          expect(confirmed.tx_hash).toBe(txHash)
+          const [call] = yield* receiver.waitFor(1)
+          expect(call!.path).toBe("/challenge")
+          expect(call!.body).toEqual({
+            challengeId: challenge.challenge_id,
+            chain: "ethereum",
+            address: challenge.address,
+            txHash,
+            expectedAmount: challenge.amount_smallest,
+            amountNative: challenge.amount_native,
+            usdAmount: "3"
+          })
+          seenIds.push({ id: challenge.challenge_id, type: "challenge.confirmed" })
+        }))
+
+      it.scoped("a signup donation on bitcoin regtest activates the account, and payments then work", () =>
+        Effect.gen(function*() {
+          const app = yield* App
+          yield* bitcoin.mineToWallet(101)
+          const signup = (yield* app.request("POST", "/signup", {
+            json: { method: "donation", chain: "bitcoin", usd_amount: "5" }
+          })).body
+          const key = signup.api_key as string
+          yield* app.request("POST", "/addresses", { key, json: { chain: "ethereum", addresses: [SHOP] } })
+          const refused = yield* app.request("POST", "/payments", {
+            key,
+            json: { usd_amount: "5", chain: "ethereum", callback_url: "http://127.0.0.1:9/hook" }
+          })
+          expect(refused.body.error.code).toBe("account_pending")
+
+          const txid = yield* bitcoin.send(DONATION_BTC, BigInt(signup.donation.amount_smallest))
+          yield* bitcoin.mineToWallet(1)
+          const intent = yield* eventually(
+            Effect.map(app.request("GET", `/signup/${signup.donation.intent_id}`), (r) => r.body as Json),
+            (i) => i.status === "CONFIRMED",
+            60
+          )
+          expect(intent).toMatchObject({ account_status: "active", tx_hash: txid })
+          const account = (yield* app.request("GET", "/account", { key })).body
+          expect(account).toMatchObject({ status: "active", pending_donation: null })
+          const payment = yield* app.request("POST", "/payments", {
+            key,
+            json: { usd_amount: "5", chain: "ethereum", callback_url: "http://127.0.0.1:9/hook" }
+          })
+          expect(payment.status).toBe(200)
+          seenIds.push({ id: signup.donation.intent_id, type: "intent.confirmed" })
+        }), { timeout: 120_000 })
+
+      if (variant.kafka) {
+        it.scoped("a receiver answering 500 three times gets the webhook on the 4th attempt, 1, 2 and 4 s apart", () =>
+          Effect.gen(function*() {
+            const app = yield* App
+            const receiver = yield* WebhookReceiver.make({ responses: [500, 500, 500, 200] })
+            const key = yield* merchant
+            const payment = (yield* app.request("POST", "/payments", {
+              key,
+              json: { usd_amount: "40", chain: "ethereum", callback_url: receiver.url }
+            })).body
+            yield* anvil.send(SHOP, BigInt(payment.amount_wei))
+            yield* anvil.mine(1)
+            const calls = yield* receiver.waitFor(4, 60)
+            yield* Effect.sleep("1500 millis")
+            expect((yield* receiver.requests).length).toBe(4)
+            const gaps = calls.slice(1).map((c, i) => (c.at - calls[i]!.at) / 1000)
+            expect(gaps[0]).toBeGreaterThan(0.8)
+            expect(gaps[0]).toBeLessThan(1.6)
+            expect(gaps[1]).toBeGreaterThan(1.8)
+            expect(gaps[1]).toBeLessThan(2.6)
+            expect(gaps[2]).toBeGreaterThan(3.8)
+            expect(gaps[2]).toBeLessThan(4.6)
+            expect(new Set(calls.map((c) => c.text)).size).toBe(1)
+            seenIds.push({ id: payment.payment_id, type: "payment.paid" })
+          }), { timeout: 90_000 })
+
+        it.scoped("a downstream kafkajs consumer reads one confirmation record per event", () =>
+          Effect.gen(function*() {
+            const kafka = new Kafka({ brokers: [process.env.KAFKA_BROKERS ?? "127.0.0.1:9092"], logLevel: logLevel.NOTHING })
+            const consumer = kafka.consumer({ groupId: `downstream-${prefix}` })
+            const records: Array<{ key: string; value: Json }> = []
+            yield* Effect.acquireRelease(
+              Effect.promise(async () => {
+                await consumer.connect()
+                await consumer.subscribe({ topic: `${prefix}.confirmations`, fromBeginning: true })
+                await consumer.run({
+                  eachMessage: async ({ message }) => {
+                    records.push({ key: message.key?.toString() ?? "", value: JSON.parse(message.value?.toString() ?? "null") })
+                  }
+                })
+              }),
+              () => Effect.promise(() => consumer.disconnect())
+            )
+            const expected = [...seenIds]
+            yield* eventually(Effect.sync(() => records.length), (n) => n >= expected.length, 60)
+            for (const { id, type } of expected) {
+              const mine = records.filter((r) => r.key === id)
+              expect(mine.map((r) => r.value.type)).toEqual([type])
+              expect(mine[0]!.value.version).toBe(1)
+            }
+          }), { timeout: 90_000 })
+      }
+    }
+  )
+}
+

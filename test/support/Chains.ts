@@ -1,0 +1,77 @@
+/**
+ * Driving the test chains the way a payer would: native transfers from anvil's unlocked dev
+ * accounts and from the bitcoin regtest wallet, and mining.
+ */
+import { Effect } from "effect"
+import { anvilUrl, bitcoinRpcUrl } from "./TestApp.ts"
+
+/** anvil's first dev account (unlocked: anvil signs its transactions). */
+export const anvilPayer = "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266"
+
+const jsonRpc = (url: string, method: string, params: ReadonlyArray<unknown> = [], path = "") =>
+  Effect.promise(async () => {
+    const parsed = new URL(url)
+    const headers: Record<string, string> = { "content-type": "application/json" }
+    if (parsed.username !== "" || parsed.password !== "") {
+      headers.authorization = `Basic ${Buffer.from(`${decodeURIComponent(parsed.username)}:${decodeURIComponent(parsed.password)}`).toString("base64")}`
+      parsed.username = ""
+      parsed.password = ""
+    }
+    const response = await fetch(new URL(path, parsed), {
+      method: "POST",
+      headers,
+      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method, params }),
+      signal: AbortSignal.timeout(30_000)
+    })
+    const body = await response.json() as { result?: unknown; error?: { message: string } | null }
+    if (body.error) throw new Error(`${method}: ${body.error.message}`)
+    return body.result
+  })
+
+export const anvil = {
+  rpc: (method: string, params: ReadonlyArray<unknown> = []) => jsonRpc(anvilUrl(), method, params),
+  /** Sends `wei` from the dev account; with automine on it is mined at once. Returns the tx hash. */
+  send: (to: string, wei: bigint) =>
+    Effect.map(
+      jsonRpc(anvilUrl(), "eth_sendTransaction", [{ from: anvilPayer, to, value: `0x${wei.toString(16)}` }]),
+      (hash) => String(hash)
+    ),
+  mine: (blocks = 1) => jsonRpc(anvilUrl(), "anvil_mine", [`0x${blocks.toString(16)}`]),
+  head: Effect.map(jsonRpc(anvilUrl(), "eth_blockNumber"), (hex) => BigInt(String(hex))),
+  receipt: (hash: string) =>
+    Effect.map(jsonRpc(anvilUrl(), "eth_getTransactionReceipt", [hash]), (r) => r as { blockNumber: string; blockHash: string })
+}
+
+const walletUrl = () => process.env.BITCOIN_WALLET_RPC_URL ?? "http://confirmd:confirmd@127.0.0.1:18445"
+
+const walletRest = (path: string, body: unknown) =>
+  Effect.promise(async () => {
+    const parsed = new URL(walletUrl())
+    const auth = Buffer.from(`${decodeURIComponent(parsed.username)}:${decodeURIComponent(parsed.password)}`).toString("base64")
+    parsed.username = ""
+    parsed.password = ""
+    const response = await fetch(new URL(path, parsed), {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Basic ${auth}` },
+      body: JSON.stringify(body),
+      signal: AbortSignal.timeout(30_000)
+    })
+    if (!response.ok) throw new Error(`${path}: ${response.status} ${await response.text()}`)
+    return await response.json() as { hash: string }
+  })
+
+export const bitcoin = {
+  rpc: (method: string, params: ReadonlyArray<unknown> = []) => jsonRpc(bitcoinRpcUrl(), method, params),
+  /** Mines `blocks` to the wallet, so that it has mature coins to spend after 100 more. */
+  mineToWallet: (blocks: number) =>
+    Effect.gen(function*() {
+      const address = String(yield* jsonRpc(walletUrl(), "getnewaddress", ["default"]))
+      return yield* jsonRpc(bitcoinRpcUrl(), "generatetoaddress", [blocks, address])
+    }),
+  /** Pays `sats` to `address` from the regtest wallet (not yet mined); returns the txid. */
+  send: (address: string, sats: bigint) =>
+    Effect.map(
+      walletRest("/wallet/primary/send", { outputs: [{ address, value: Number(sats) }], rate: 10000 }),
+      (tx) => tx.hash
+    )
+}
