@@ -5,58 +5,12 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { type ChildProcess, spawn } from "node:child_process"
 import { mkdtempSync, readdirSync, rmSync } from "node:fs"
-import { createServer } from "node:net"
 import { tmpdir } from "node:os"
-import { join, resolve } from "node:path"
+import { join } from "node:path"
 import { PriceServer } from "../support/PriceServer.ts"
-import { anvilUrl, eventually, type Json } from "../support/TestApp.ts"
-
-const repo = resolve(import.meta.dirname, "../..")
-
-const freePort = Effect.async<number>((resume) => {
-  const server = createServer()
-  server.listen(0, "127.0.0.1", () => {
-    const address = server.address()
-    const port = typeof address === "object" && address !== null ? address.port : 0
-    server.close(() => resume(Effect.succeed(port)))
-  })
-})
-
-/** `npm start`'s program as a child process in `cwd`; stopped with SIGTERM when the scope closes. */
-const startService = (cwd: string, env: Record<string, string>) =>
-  Effect.acquireRelease(
-    Effect.sync(() =>
-      spawn(join(repo, "node_modules/.bin/tsx"), [join(repo, "src/main.ts")], {
-        cwd,
-        env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "", ...env },
-        stdio: ["ignore", "ignore", "inherit"]
-      })
-    ),
-    (child: ChildProcess) =>
-      Effect.async<void>((resume) => {
-        if (child.exitCode !== null) return resume(Effect.void)
-        child.once("exit", () => resume(Effect.void))
-        child.kill("SIGTERM")
-      })
-  )
-
-const call = (base: string, method: string, path: string, json?: unknown, key?: string) =>
-  Effect.promise(async () => {
-    const headers: Record<string, string> = {}
-    if (json !== undefined) headers["content-type"] = "application/json"
-    if (key !== undefined) headers["x-api-key"] = key
-    const response = await fetch(`${base}${path}`, {
-      method,
-      headers,
-      signal: AbortSignal.timeout(5_000),
-      ...(json === undefined ? {} : { body: JSON.stringify(json) })
-    })
-      .catch(() => undefined)
-    const body: Json = response === undefined ? undefined : await response.json().catch(() => undefined)
-    return { status: response?.status ?? 0, body }
-  })
+import { call, freePort, startService } from "../support/Service.ts"
+import { anvilUrl, eventually } from "../support/TestApp.ts"
 
 describe("embedded defaults", () => {
   it.scopedLive("serves a merchant's first payment from PGlite, keeps it across a restart, and writes only ./data", () =>

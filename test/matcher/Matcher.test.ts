@@ -1,0 +1,341 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { eventually, subscribe } from "../support/TestApp.ts"
+import { block, type Harness, hashOf, hook, logKinds, makeHarness, reorg, txHash } from "./harness.ts"
+
+const MERCHANT = "0x1111111111111111111111111111111111111111"
+const OTHER = "0x2222222222222222222222222222222222222222"
+
+interface Watch {
+  readonly id: string
+  readonly key: string
+  readonly address: string
+  readonly amount: bigint
+  readonly startBlock: bigint
+}
+
+/** A merchant's PENDING ethereum payment created through the API, with the chain head it saw. */
+const createPayment = (h: Harness, usd = "30") =>
+  Effect.gen(function*() {
+    const key = yield* subscribe(h.app)
+    const added = yield* h.app.request("POST", "/addresses", { key, json: { chain: "ethereum", addresses: [MERCHANT] } })
+    expect(added.status).toBe(200)
+    const created = yield* h.app.request("POST", "/payments", {
+      key,
+      json: { usd_amount: usd, chain: "ethereum", callback_url: hook }
+    })
+    expect(created.status).toBe(200)
+    const [row] = yield* h.sql<{ start_block: string }>`
+      SELECT start_block::text AS start_block FROM watches WHERE id = ${created.body.payment_id}`.pipe(Effect.orDie)
+    return {
+      id: created.body.payment_id as string,
+      key,
+      address: created.body.address as string,
+      amount: BigInt(created.body.amount_wei),
+      startBlock: BigInt(row!.start_block)
+    } satisfies Watch
+  })
+
+const status = (h: Harness, w: Watch) =>
+  Effect.map(h.app.request("GET", `/payments/${w.id}`, { key: w.key }), (r) => r.body)
+
+const detections = (h: Harness, id: string) =>
+  h.sql<{ tx_hash: string; block_number: string; block_hash: string; orphaned: boolean }>`
+    SELECT tx_hash, block_number::text AS block_number, block_hash, orphaned_at IS NOT NULL AS orphaned
+    FROM detections WHERE watch_id = ${id} ORDER BY created_at`.pipe(Effect.orDie)
+
+const outbox = (h: Harness, key: string) =>
+  h.sql<{ id: string; type: string; payload: Record<string, unknown> }>`
+    SELECT id, type, payload FROM outbox_events WHERE key = ${key} ORDER BY created_at`.pipe(Effect.orDie)
+
+const deliveries = (h: Harness) =>
+  h.sql<{ id: string; url: string; payload: Record<string, unknown>; status: string }>`
+    SELECT id, url, payload, status FROM webhook_deliveries ORDER BY created_at`.pipe(Effect.orDie)
+
+const watchOpen = (h: Harness, id: string) =>
+  Effect.map(
+    h.sql<{ open: boolean }>`SELECT open FROM watches WHERE id = ${id}`.pipe(Effect.orDie),
+    (rows) => rows[0]?.open
+  )
+
+for (const kind of logKinds) {
+  describe(`matcher via ${kind} event log`, { timeout: 120_000 }, () => {
+    it.live("matches the exact amount on the watched address only", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(kind)
+        const w = yield* createPayment(h)
+        const n = w.startBlock + 1n
+        yield* h.publish(block("ethereum", n, [
+          { to: OTHER, value: w.amount },
+          { to: w.address, value: w.amount + 1n },
+          { to: w.address, value: w.amount - 1n },
+          { to: w.address, value: w.amount, txHash: "0xabc" }
+        ]))
+        yield* h.settled("ethereum")
+        const found = yield* detections(h, w.id)
+        expect(found).toEqual([{ tx_hash: "0xabc", block_number: n.toString(), block_hash: hashOf("ethereum", n), orphaned: false }])
+        expect(yield* status(h, w)).toMatchObject({ status: "PENDING", tx_hash: "0xabc", confirmations: 1 })
+        expect(yield* watchOpen(h, w.id)).toBe(true)
+      }).pipe(Effect.scoped))
+
+    it.live("ignores a block at or below the payment's start block", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(kind)
+        const w = yield* createPayment(h)
+        yield* h.publish(block("ethereum", w.startBlock, [{ to: w.address, value: w.amount }]))
+        yield* h.settled("ethereum")
+        expect(yield* detections(h, w.id)).toEqual([])
+        expect(yield* status(h, w)).toMatchObject({ status: "PENDING", tx_hash: null, confirmations: 0 })
+        yield* h.publish(block("ethereum", w.startBlock + 1n, [{ to: w.address, value: w.amount, txHash: "0x01" }]))
+        yield* h.settled("ethereum")
+        expect(yield* status(h, w)).toMatchObject({ tx_hash: "0x01", confirmations: 1 })
+      }).pipe(Effect.scoped))
+
+    it.live("counts confirmations to PAID at 2 with the exact callback and confirmation event", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(kind)
+        const w = yield* createPayment(h)
+        const n = w.startBlock + 1n
+        const tx = txHash()
+        yield* h.publish(block("ethereum", n, [{ to: w.address, value: w.amount, txHash: tx }]))
+        yield* h.settled("ethereum")
+        expect(yield* status(h, w)).toMatchObject({ status: "PENDING", tx_hash: tx, confirmations: 1 })
+        expect(yield* deliveries(h)).toEqual([])
+
+        yield* h.publish(block("ethereum", n + 1n, []))
+        yield* h.settled("ethereum")
+        expect(yield* status(h, w)).toMatchObject({ status: "PAID", tx_hash: tx, confirmations: 2 })
+        expect(yield* watchOpen(h, w.id)).toBe(false)
+        const account = yield* h.app.request("GET", "/account", { key: w.key })
+        expect(yield* deliveries(h)).toEqual([{
+          id: `payment.paid:${w.id}`,
+          url: hook,
+          status: "pending",
+          payload: {
+            paymentId: w.id,
+            userId: account.body.user_id,
+            chain: "ethereum",
+            address: w.address,
+            txHash: tx,
+            blockNumber: Number(n),
+            confirmations: 2,
+            expectedAmountWei: w.amount.toString()
+          }
+        }])
+        const events = yield* outbox(h, w.id)
+        expect(events.map((e) => [e.id, e.type])).toEqual([[`payment.paid:${w.id}`, "payment.paid"]])
+        expect(events[0]!.payload).toMatchObject({
+          version: 1,
+          id: `payment.paid:${w.id}`,
+          type: "payment.paid",
+          data: { paymentId: w.id, txHash: tx, blockNumber: Number(n), blockHash: hashOf("ethereum", n), confirmations: 2 }
+        })
+        // Later blocks change nothing more.
+        yield* h.publish(block("ethereum", n + 2n, []))
+        yield* h.settled("ethereum")
+        expect(yield* status(h, w)).toMatchObject({ status: "PAID", confirmations: 2 })
+        expect(yield* deliveries(h)).toHaveLength(1)
+      }).pipe(Effect.scoped))
+
+    it.live("applies a block delivered twice only once", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(kind)
+        const w = yield* createPayment(h)
+        const n = w.startBlock + 1n
+        const first = block("ethereum", n, [{ to: w.address, value: w.amount }])
+        const second = block("ethereum", n + 1n, [])
+        yield* h.publish(first, first, second, first, second, second)
+        yield* h.settled("ethereum")
+        expect(yield* detections(h, w.id)).toHaveLength(1)
+        expect(yield* outbox(h, w.id)).toHaveLength(1)
+        expect(yield* deliveries(h)).toHaveLength(1)
+        expect(yield* status(h, w)).toMatchObject({ status: "PAID", confirmations: 2 })
+        const figures = (yield* h.matcher.statuses).get("ethereum")
+        expect(figures).toMatchObject({ blocks: 2, skipped: 4, detections: 1, paymentsPaid: 1 })
+      }).pipe(Effect.scoped))
+
+    it.live("a reorg before the threshold removes the detection and the re-mined transfer pays", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(kind)
+        const w = yield* createPayment(h)
+        const n = w.startBlock + 1n
+        const tx = txHash()
+        yield* h.publish(block("ethereum", n, [{ to: w.address, value: w.amount, txHash: tx }]))
+        yield* h.settled("ethereum")
+        expect(yield* status(h, w)).toMatchObject({ tx_hash: tx, confirmations: 1 })
+
+        // The fork: block n is replaced by an empty n', the transfer comes back in n'+1.
+        yield* h.publish(reorg("ethereum", n, n))
+        yield* h.settled("ethereum")
+        expect(yield* status(h, w)).toMatchObject({ status: "PENDING", tx_hash: null, confirmations: 0 })
+        expect(yield* watchOpen(h, w.id)).toBe(true)
+        expect((yield* detections(h, w.id)).map((d) => d.orphaned)).toEqual([true])
+
+        yield* h.publish(
+          block("ethereum", n, [], { fork: "b", parentFork: "a" }),
+          block("ethereum", n + 1n, [{ to: w.address, value: w.amount, txHash: tx }], { fork: "b" })
+        )
+        yield* h.settled("ethereum")
+        expect(yield* status(h, w)).toMatchObject({ status: "PENDING", tx_hash: tx, confirmations: 1 })
+        yield* h.publish(block("ethereum", n + 2n, [], { fork: "b" }))
+        yield* h.settled("ethereum")
+        expect(yield* status(h, w)).toMatchObject({ status: "PAID", tx_hash: tx, confirmations: 2 })
+        const [delivery] = yield* deliveries(h)
+        expect(delivery!.payload).toMatchObject({ txHash: tx, blockNumber: Number(n + 1n), confirmations: 2 })
+        expect((yield* outbox(h, w.id)).map((e) => e.type)).toEqual(["payment.paid"])
+        // A redelivered reorg record after the new blocks changes nothing.
+        yield* h.publish(reorg("ethereum", n, n))
+        yield* h.settled("ethereum")
+        expect(yield* status(h, w)).toMatchObject({ status: "PAID", tx_hash: tx })
+      }).pipe(Effect.scoped))
+
+    it.live("a reorg after PAID keeps PAID and emits payment.reorged", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(kind)
+        const w = yield* createPayment(h)
+        const n = w.startBlock + 1n
+        const tx = txHash()
+        yield* h.publish(block("ethereum", n, [{ to: w.address, value: w.amount, txHash: tx }]), block("ethereum", n + 1n, []))
+        yield* h.settled("ethereum")
+        expect(yield* status(h, w)).toMatchObject({ status: "PAID" })
+
+        yield* h.publish(reorg("ethereum", n, n + 1n), block("ethereum", n, [], { fork: "b", parentFork: "a" }))
+        yield* h.settled("ethereum")
+        expect(yield* status(h, w)).toMatchObject({ status: "PAID", tx_hash: tx, confirmations: 2 })
+        const events = yield* outbox(h, w.id)
+        expect(events.map((e) => e.type)).toEqual(["payment.paid", "payment.reorged"])
+        expect(events[1]!.id).toBe(`payment.reorged:${w.id}:${hashOf("ethereum", n)}`)
+        expect(events[1]!.payload).toMatchObject({
+          type: "payment.reorged",
+          data: { paymentId: w.id, txHash: tx, orphanedBlockNumber: Number(n), orphanedBlockHash: hashOf("ethereum", n) }
+        })
+        expect((yield* h.matcher.statuses).get("ethereum")).toMatchObject({ reorgs: 1, paymentsReorged: 1 })
+        expect(yield* deliveries(h)).toHaveLength(1)
+      }).pipe(Effect.scoped))
+
+    it.live("judges expiry by the block's timestamp", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(kind)
+        const w = yield* createPayment(h)
+        const [row] = yield* h.sql<{ expires: number }>`
+          SELECT extract(epoch FROM expires_at)::float8 AS expires FROM payments WHERE id = ${w.id}`.pipe(Effect.orDie)
+        const expires = Math.floor(row!.expires)
+        const n = w.startBlock + 1n
+        // Mined after expiry (a chain ahead of this clock, or the matcher catching up): no match.
+        yield* h.publish(block("ethereum", n, [{ to: w.address, value: w.amount }], { timestamp: expires + 1 }))
+        yield* h.settled("ethereum")
+        expect(yield* detections(h, w.id)).toEqual([])
+        // Mined before expiry, whenever the matcher gets to it: a match.
+        yield* h.publish(block("ethereum", n + 1n, [{ to: w.address, value: w.amount, txHash: "0x02" }], { timestamp: expires - 1 }))
+        yield* h.settled("ethereum")
+        expect(yield* status(h, w)).toMatchObject({ tx_hash: "0x02", confirmations: 1 })
+      }).pipe(Effect.scoped))
+
+    it.live("confirms a signup intent on the first mined match and activates the account", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(kind)
+        const signup = yield* h.app.request("POST", "/signup", {
+          json: { method: "donation", chain: "ethereum", usd_amount: "5", plan: "starter" }
+        })
+        expect(signup.status).toBe(200)
+        const key: string = signup.body.api_key
+        const intent = signup.body.donation
+        yield* h.app.request("POST", "/addresses", { key, json: { chain: "ethereum", addresses: [MERCHANT] } })
+        const refused = yield* h.app.request("POST", "/payments", { key, json: { usd_amount: "1", chain: "ethereum", callback_url: hook } })
+        expect(refused.status).toBe(403)
+        expect(refused.body.error.code).toBe("account_pending")
+
+        const [row] = yield* h.sql<{ start_block: string }>`
+          SELECT start_block::text AS start_block FROM watches WHERE id = ${intent.intent_id}`.pipe(Effect.orDie)
+        const n = BigInt(row!.start_block) + 1n
+        const tx = txHash()
+        yield* h.publish(block("ethereum", n, [{ to: intent.address, value: BigInt(intent.amount_smallest), txHash: tx }]))
+        yield* h.settled("ethereum")
+
+        const after = yield* h.app.request("GET", `/signup/${intent.intent_id}`)
+        expect(after.body).toMatchObject({ status: "CONFIRMED", account_status: "active", tx_hash: tx })
+        const paid = yield* h.app.request("POST", "/payments", { key, json: { usd_amount: "1", chain: "ethereum", callback_url: hook } })
+        expect(paid.status).toBe(200)
+        const events = yield* outbox(h, intent.intent_id)
+        expect(events.map((e) => e.type)).toEqual(["intent.confirmed"])
+        expect(events[0]!.payload).toMatchObject({
+          data: {
+            intentId: intent.intent_id,
+            userId: signup.body.user_id,
+            chain: "ethereum",
+            txHash: tx,
+            blockNumber: Number(n),
+            amountSmallest: intent.amount_smallest,
+            amountNative: intent.amount_native,
+            usdAmount: "5"
+          }
+        })
+        expect(yield* deliveries(h)).toEqual([])
+        expect(yield* watchOpen(h, intent.intent_id)).toBe(false)
+      }).pipe(Effect.scoped))
+
+    it.live("confirms a challenge and writes its callback delivery with the exact body", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(kind)
+        const created = yield* h.app.request("POST", "/challenges", {
+          json: { chain: "binance", usd_amount: "2.50", callback_url: hook }
+        })
+        expect(created.status).toBe(200)
+        const challenge = created.body
+        const silent = yield* h.app.request("POST", "/challenges", { json: { chain: "binance", usd_amount: "3" } })
+        const [row] = yield* h.sql<{ start_block: string }>`
+          SELECT start_block::text AS start_block FROM watches WHERE id = ${challenge.challenge_id}`.pipe(Effect.orDie)
+        const n = BigInt(row!.start_block) + 1n
+        const tx = txHash()
+        const tx2 = txHash()
+        yield* h.publish(block("bnb", n, [
+          { to: challenge.address, value: BigInt(challenge.amount_smallest), txHash: tx },
+          { to: silent.body.address, value: BigInt(silent.body.amount_smallest), txHash: tx2 }
+        ]))
+        yield* h.settled("bnb")
+        const after = yield* h.app.request("GET", `/challenges/${challenge.challenge_id}`)
+        expect(after.body).toMatchObject({ status: "CONFIRMED", tx_hash: tx })
+        expect(yield* deliveries(h)).toEqual([{
+          id: `challenge.confirmed:${challenge.challenge_id}`,
+          url: hook,
+          status: "pending",
+          payload: {
+            challengeId: challenge.challenge_id,
+            chain: "binance",
+            address: challenge.address,
+            txHash: tx,
+            expectedAmount: challenge.amount_smallest,
+            amountNative: challenge.amount_native,
+            usdAmount: "2.5"
+          }
+        }])
+        // Without a callback_url: confirmed, an event, no delivery.
+        const other = yield* h.app.request("GET", `/challenges/${silent.body.challenge_id}`)
+        expect(other.body).toMatchObject({ status: "CONFIRMED", tx_hash: tx2 })
+        expect((yield* outbox(h, silent.body.challenge_id)).map((e) => e.type)).toEqual(["challenge.confirmed"])
+        expect((yield* outbox(h, challenge.challenge_id)).map((e) => e.type)).toEqual(["challenge.confirmed"])
+      }).pipe(Effect.scoped))
+
+    it.live("does not commit a block whose transaction failed, and applies it once the database recovers", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(kind)
+        const w = yield* createPayment(h)
+        const n = w.startBlock + 1n
+        yield* h.publish(block("ethereum", n, [{ to: w.address, value: w.amount }]))
+        yield* h.settled("ethereum")
+        // The PAID block's transaction fails on its outbox write.
+        yield* h.sql`ALTER TABLE outbox_events RENAME TO outbox_events_away`.pipe(Effect.orDie)
+        yield* h.publish(block("ethereum", n + 1n, []))
+        yield* eventually(h.matcher.statuses, (s) => (s.get("ethereum")?.failures ?? 0) >= 1)
+        const lag = yield* Effect.orDie(h.eventLog.lag(h.groupId, h.eventLog.topicName("blocks.ethereum")))
+        expect(lag[0]!.lag).toBe(1n)
+        expect(yield* status(h, w)).toMatchObject({ status: "PENDING", confirmations: 1 })
+
+        yield* h.sql`ALTER TABLE outbox_events_away RENAME TO outbox_events`.pipe(Effect.orDie)
+        yield* h.settled("ethereum")
+        expect(yield* status(h, w)).toMatchObject({ status: "PAID", confirmations: 2 })
+        expect(yield* outbox(h, w.id)).toHaveLength(1)
+        expect((yield* h.matcher.statuses).get("ethereum")).toMatchObject({ state: "running", paymentsPaid: 1 })
+      }).pipe(Effect.scoped))
+  })
+}

@@ -1,0 +1,270 @@
+// The webhook dispatcher against real PostgreSQL and real HTTP receivers on loopback.
+import { describe, expect, it, layer } from "@effect/vitest"
+import { SqlClient } from "@effect/sql"
+import { PgClient } from "@effect/sql-pg"
+import { ConfigProvider, Context, Duration, Effect, Exit, Layer, Schedule, Scope } from "effect"
+import { randomUUID } from "node:crypto"
+import { DatabaseLive } from "../../src/Database/Database.ts"
+import { paymentDelivery, type PaymentCallback, encodePaymentCallback } from "../../src/Webhooks/Payloads.ts"
+import { retryDelay, WebhookDispatcher, WebhookDispatcherLive } from "../../src/Webhooks/WebhookDispatcher.ts"
+import { freshDatabase } from "../support/Database.ts"
+import { WebhookReceiver } from "../support/WebhookReceiver.ts"
+
+const DatabaseTest = Layer.unwrapScoped(
+  Effect.map(freshDatabase, (db) =>
+    DatabaseLive.pipe(Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map([["DATABASE_URL", db.url]]))))))
+).pipe(Layer.orDie)
+
+/** The dispatcher with test configuration, built in the caller's scope. */
+const startDispatcher = (config: Record<string, string> = {}) =>
+  Effect.gen(function*() {
+    const context = yield* Layer.build(
+      WebhookDispatcherLive.pipe(
+        Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map(Object.entries({
+          CALLBACK_ALLOW_PRIVATE_NETWORKS: "true",
+          ...config
+        })))))
+      )
+    )
+    return Context.get(context, WebhookDispatcher)
+  }).pipe(Effect.orDie)
+
+const callback = (): PaymentCallback => ({
+  paymentId: randomUUID(),
+  userId: randomUUID(),
+  chain: "ethereum",
+  address: "0x1111111111111111111111111111111111111111",
+  txHash: `0x${"ab".repeat(32)}`,
+  blockNumber: 19_000_123n,
+  confirmations: 2,
+  expectedAmountWei: 1_234_567_890_123_456_789n
+})
+
+/** Inserts a delivery the way the matcher does; returns its id and the body it must POST. */
+const insertDelivery = (url: string, body: PaymentCallback = callback()) =>
+  Effect.gen(function*() {
+    const sql = yield* PgClient.PgClient
+    const row = paymentDelivery(url, body)
+    yield* sql`INSERT INTO webhook_deliveries (id, url, payload) VALUES (${row.id}, ${row.url}, ${sql.json(row.payload)})`
+    return row
+  }).pipe(Effect.orDie)
+
+interface DeliveryState {
+  readonly status: string
+  readonly attempts: number
+  readonly last_error: string | null
+  readonly finished: boolean
+}
+
+const state = (id: string) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql<DeliveryState>`
+      SELECT status, attempts, last_error, finished_at IS NOT NULL AS finished
+      FROM webhook_deliveries WHERE id = ${id}`).pipe(
+      Effect.map((rows) => rows[0]),
+      Effect.orDie
+    )
+
+const waitForState = (id: string, done: (s: DeliveryState) => boolean, seconds = 60) =>
+  state(id).pipe(
+    Effect.filterOrFail((s): s is DeliveryState => s !== undefined && done(s), () => new Error("not yet")),
+    Effect.retry(Schedule.spaced(Duration.millis(20))),
+    Effect.timeoutFail({ duration: Duration.seconds(seconds), onTimeout: () => new Error(`delivery ${id}: timed out`) }),
+    Effect.orDie
+  )
+
+const gaps = (times: ReadonlyArray<number>) => times.slice(1).map((t, i) => t - (times[i] ?? 0))
+
+/** Each gap within ±400 ms of the expected seconds. */
+const expectGaps = (times: ReadonlyArray<number>, expectedSeconds: ReadonlyArray<number>) => {
+  const actual = gaps(times)
+  expect(actual.length).toBe(expectedSeconds.length)
+  actual.forEach((gap, i) => {
+    const expected = (expectedSeconds[i] ?? 0) * 1000
+    expect(Math.abs(gap - expected), `gap ${i + 1}: ${gap} ms, expected ${expected} ms`).toBeLessThanOrEqual(400)
+  })
+  return actual
+}
+
+describe("retry delays", () => {
+  it.effect("1 s doubling, capped at 30 s", () =>
+    Effect.gen(function*() {
+      const delays = yield* Effect.forEach([1, 2, 3, 4, 5, 6, 7, 10], retryDelay)
+      expect(delays.map(Duration.toSeconds)).toEqual([1, 2, 4, 8, 16, 30, 30, 30])
+    }))
+})
+
+layer(DatabaseTest, { timeout: "120 seconds", excludeTestServices: true })("WebhookDispatcher", (it) => {
+  it.effect("a 2xx answer: delivered once, with the exact JSON body, within 250 ms of the commit", () =>
+    Effect.gen(function*() {
+      const receiver = yield* WebhookReceiver.make()
+      const dispatcher = yield* startDispatcher()
+      const body = callback()
+      const committed = Date.now()
+      const row = yield* insertDelivery(receiver.url, body)
+      yield* dispatcher.wake
+      yield* waitForState(row.id, (s) => s.status === "delivered")
+      const requests = yield* receiver.requests
+      expect(requests).toHaveLength(1)
+      const [request] = requests
+      expect(request?.method).toBe("POST")
+      expect(request?.path).toBe("/hook")
+      expect(request?.headers["content-type"]).toBe("application/json")
+      expect(request?.body).toEqual({
+        paymentId: body.paymentId,
+        userId: body.userId,
+        chain: "ethereum",
+        address: body.address,
+        txHash: body.txHash,
+        blockNumber: 19000123,
+        confirmations: 2,
+        expectedAmountWei: "1234567890123456789"
+      })
+      expect(request?.body).toEqual(encodePaymentCallback(body))
+      expect((request?.at ?? Infinity) - committed).toBeLessThan(250)
+      expect(yield* state(row.id)).toEqual({ status: "delivered", attempts: 1, last_error: null, finished: true })
+      expect((yield* dispatcher.stats).byAttempt[0]?.delivered).toBe(1)
+    }).pipe(Effect.scoped))
+
+  it.effect("500, 500, 500, then 200: delivered on the 4th attempt after 1 s, 2 s, 4 s", () =>
+    Effect.gen(function*() {
+      const receiver = yield* WebhookReceiver.make({ responses: [500, 500, 500, 200] })
+      yield* startDispatcher()
+      const row = yield* insertDelivery(receiver.url)
+      yield* waitForState(row.id, (s) => s.status !== "pending", 30)
+      const requests = yield* receiver.requests
+      expect(requests).toHaveLength(4)
+      const measured = expectGaps(requests.map((r) => r.at), [1, 2, 4])
+      yield* Effect.logInfo(`retry gaps (ms): ${measured.join(", ")}`)
+      expect(new Set(requests.map((r) => r.text)).size).toBe(1)
+      expect(yield* state(row.id)).toEqual({ status: "delivered", attempts: 4, last_error: null, finished: true })
+    }).pipe(Effect.scoped))
+
+  it.effect("always 500: exactly CALLBACK_MAX_RETRIES=6 attempts (1+2+4+8+16 s apart), then dropped", () =>
+    Effect.gen(function*() {
+      const receiver = yield* WebhookReceiver.make({ fallback: 500 })
+      const dispatcher = yield* startDispatcher({ CALLBACK_MAX_RETRIES: "6" })
+      const row = yield* insertDelivery(receiver.url)
+      const final = yield* waitForState(row.id, (s) => s.status !== "pending", 60)
+      expect(final).toEqual({ status: "dropped", attempts: 6, last_error: "receiver answered HTTP 500", finished: true })
+      const requests = yield* receiver.requests
+      expect(requests).toHaveLength(6)
+      expectGaps(requests.map((r) => r.at), [1, 2, 4, 8, 16])
+      const stats = yield* dispatcher.stats
+      expect(stats.byAttempt.map((a) => [a.failed, a.dropped])).toEqual([[1, 0], [1, 0], [1, 0], [1, 0], [1, 0], [0, 1]])
+    }).pipe(Effect.scoped), { timeout: 90_000 })
+
+  it.effect("a receiver that does not answer within CALLBACK_TIMEOUT_SECONDS: a failed attempt", () =>
+    Effect.gen(function*() {
+      yield* Effect.scoped(Effect.gen(function*() {
+        const receiver = yield* WebhookReceiver.make({ responses: ["hang", 200] })
+        yield* startDispatcher({ CALLBACK_TIMEOUT_SECONDS: "1" })
+        const row = yield* insertDelivery(receiver.url)
+        yield* waitForState(row.id, (s) => s.status !== "pending", 30)
+        const requests = yield* receiver.requests
+        expect(requests).toHaveLength(2)
+        // 1 s timeout, then the 1 s backoff.
+        expectGaps(requests.map((r) => r.at), [2])
+        expect(yield* state(row.id)).toEqual({ status: "delivered", attempts: 2, last_error: null, finished: true })
+      }))
+
+      const hung = yield* WebhookReceiver.make({ fallback: "hang" })
+      const dropped = yield* insertDelivery(hung.url)
+      yield* startDispatcher({ CALLBACK_TIMEOUT_SECONDS: "1", CALLBACK_MAX_RETRIES: "1" })
+      expect(yield* waitForState(dropped.id, (s) => s.status !== "pending", 30)).toEqual({
+        status: "dropped",
+        attempts: 1,
+        last_error: "no answer within 1s",
+        finished: true
+      })
+    }).pipe(Effect.scoped))
+
+  it.effect("a refused connection is a failed attempt", () =>
+    Effect.gen(function*() {
+      const closedPort = yield* Effect.scoped(Effect.map(WebhookReceiver.make(), (r) => r.url))
+      yield* startDispatcher({ CALLBACK_MAX_RETRIES: "2" })
+      const row = yield* insertDelivery(closedPort)
+      const final = yield* waitForState(row.id, (s) => s.status !== "pending", 30)
+      expect(final.status).toBe("dropped")
+      expect(final.attempts).toBe(2)
+      expect(final.last_error).toMatch(/^request failed: .*ECONNREFUSED/)
+    }).pipe(Effect.scoped))
+
+  it.effect("a private target with CALLBACK_ALLOW_PRIVATE_NETWORKS=false is never contacted and ends dropped", () =>
+    Effect.gen(function*() {
+      const receiver = yield* WebhookReceiver.make()
+      yield* startDispatcher({ CALLBACK_ALLOW_PRIVATE_NETWORKS: "false", CALLBACK_MAX_RETRIES: "2" })
+      const byAddress = yield* insertDelivery(receiver.url)
+      const byName = yield* insertDelivery(`http://localhost:${receiver.port}/hook`)
+      for (const row of [byAddress, byName]) {
+        const final = yield* waitForState(row.id, (s) => s.status !== "pending", 30)
+        expect(final.status).toBe("dropped")
+        expect(final.attempts).toBe(2)
+        expect(final.last_error).toMatch(/^refused target: .*non-public address/)
+      }
+      expect(yield* receiver.requests).toHaveLength(0)
+    }).pipe(Effect.scoped))
+
+  it.effect("a pending delivery survives a restart mid-backoff; the attempt count goes on", () =>
+    Effect.gen(function*() {
+      const receiver = yield* WebhookReceiver.make({ responses: [500, 500, 500, 200] })
+      const row = yield* insertDelivery(receiver.url)
+      const first = yield* Scope.make()
+      yield* startDispatcher().pipe(Scope.extend(first))
+      yield* receiver.waitFor(2)
+      yield* waitForState(row.id, (s) => s.attempts === 2)
+      // Stopped during the 2 s wait before the 3rd attempt.
+      yield* Scope.close(first, Exit.void)
+      expect((yield* state(row.id))?.status).toBe("pending")
+      yield* startDispatcher()
+      yield* waitForState(row.id, (s) => s.status === "delivered", 30)
+      const requests = yield* receiver.requests
+      expect(requests).toHaveLength(4)
+      expectGaps(requests.map((r) => r.at), [1, 2, 4])
+      expect((yield* state(row.id))?.attempts).toBe(4)
+    }).pipe(Effect.scoped))
+
+  it.effect("two dispatchers (replicas) on one table: every delivery exactly once, p99 commit-to-request < 250 ms", () =>
+    Effect.gen(function*() {
+      const receiver = yield* WebhookReceiver.make({ fallback: { status: 200, delayMs: 20 } })
+      const replicas = [yield* startDispatcher(), yield* startDispatcher()] as const
+      const committedAt = new Map<string, number>()
+      const ids: Array<string> = []
+      for (let i = 0; i < 100; i++) {
+        const row = yield* insertDelivery(receiver.urlFor(`/hook/${i}`))
+        committedAt.set(`/hook/${i}`, Date.now())
+        ids.push(row.id)
+        // As the matcher does after its commit; the other replica only polls.
+        yield* replicas[i % 2].wake
+      }
+      const requests = yield* receiver.waitFor(100)
+      for (const id of ids) yield* waitForState(id, (s) => s.status === "delivered")
+      expect(requests).toHaveLength(100)
+      expect(new Set(requests.map((r) => r.path)).size).toBe(100)
+      const lags = requests.map((r) => r.at - (committedAt.get(r.path) ?? 0)).sort((x, y) => x - y)
+      const p50 = lags[Math.floor(lags.length * 0.5)] ?? 0
+      const p99 = lags[Math.ceil(lags.length * 0.99) - 1] ?? 0
+      yield* Effect.logInfo(`woken: commit-to-request lag p50 ${p50} ms, p99 ${p99} ms, max ${lags.at(-1)} ms`)
+      expect(p99).toBeLessThan(250)
+      const delivered = (yield* replicas[0].stats).delivered + (yield* replicas[1].stats).delivered
+      expect(delivered).toBe(100)
+    }).pipe(Effect.scoped))
+
+  it.effect("without a wake-up, the poll finds a new delivery within WEBHOOK_POLL_INTERVAL_MS", () =>
+    Effect.gen(function*() {
+      const receiver = yield* WebhookReceiver.make()
+      yield* startDispatcher({ WEBHOOK_POLL_INTERVAL_MS: "200" })
+      const lags: Array<number> = []
+      for (let i = 0; i < 10; i++) {
+        const committed = Date.now()
+        const row = yield* insertDelivery(receiver.urlFor(`/polled/${i}`))
+        const [request] = yield* receiver.waitUntil((all) => all.some((r) => r.path === `/polled/${i}`)).pipe(
+          Effect.map((all) => all.filter((r) => r.path === `/polled/${i}`))
+        )
+        lags.push((request?.at ?? Infinity) - committed)
+        yield* waitForState(row.id, (s) => s.status === "delivered")
+      }
+      yield* Effect.logInfo(`polled: commit-to-request lag max ${Math.max(...lags)} ms`)
+      expect(Math.max(...lags)).toBeLessThan(400)
+    }).pipe(Effect.scoped))
+})
