@@ -7,12 +7,11 @@ import {
   NotFoundResponse,
   UpstreamErrorResponse
 } from "../Http/Errors.ts"
+import { DateTimeString, DecimalString } from "../Http/Schemas.ts"
 import { healthEndpoint } from "../Health/Api.ts"
 import { Authentication } from "./Authentication.ts"
 import { PlanName } from "./Plans.ts"
 
-const DateTimeString = Schema.String.annotations({ description: "ISO 8601 UTC timestamp", format: "date-time" })
-const DecimalString = Schema.String.annotations({ description: "Exact decimal number as a string" })
 const ApiKey = Schema.String.annotations({ description: "64 hexadecimal characters; shown once, not recoverable" })
 const Email = Schema.String.pipe(
   Schema.maxLength(254),

@@ -3,9 +3,9 @@
  * subscription and a signup intent; the intent's confirmation on chain activates the account.
  */
 import { SqlClient } from "@effect/sql"
-import { BigDecimal, Effect, Option } from "effect"
+import { BigDecimal, Effect } from "effect"
 import { randomUUID } from "node:crypto"
-import { chainOfDonationChain, chains, type DonationChainName, donationChainNames } from "../Domain/Chain.ts"
+import { chainOfDonationChain, chains, type DonationChainName } from "../Domain/Chain.ts"
 import { formatDecimal, formatSmallest } from "../Domain/Money.ts"
 import { DonationAddresses } from "../Donations/DonationAddresses.ts"
 import { badRequest, notFound } from "../Http/Errors.ts"
@@ -42,9 +42,6 @@ export const intentOut = (row: IntentRow) =>
     expires_at: row.expires_at.toISOString()
   })
 
-export const isDonationChain = (chain: string): chain is DonationChainName =>
-  (donationChainNames as ReadonlyArray<string>).includes(chain)
-
 export class Signup extends Effect.Service<Signup>()("confirmd/Signup", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -52,18 +49,6 @@ export class Signup extends Effect.Service<Signup>()("confirmd/Signup", {
     const donations = yield* DonationAddresses
     const watches = yield* Watches
     const lifetimes = yield* Lifetimes
-
-    const donationTarget = (chain: string | null) =>
-      Effect.gen(function*() {
-        if (chain === null) return yield* badRequest("chain is required for method 'donation'")
-        if (!isDonationChain(chain)) {
-          return yield* badRequest(`Unsupported donation chain '${chain}'`, `Use one of: ${donationChainNames.join(", ")}`)
-        }
-        return yield* Option.match(donations.find(chain), {
-          onNone: () => badRequest(`Donations on '${chain}' are not available on this deployment`),
-          onSome: Effect.succeed
-        })
-      })
 
     const subscribe = (input: SignupIn) =>
       Effect.gen(function*() {
@@ -82,7 +67,8 @@ export class Signup extends Effect.Service<Signup>()("confirmd/Signup", {
       Effect.gen(function*() {
         if (!isPlanName(input.plan)) return yield* badRequest(`Unknown plan '${input.plan}'`)
         const plan = accounts.planOf(input.plan)
-        const target = yield* donationTarget(input.chain)
+        if (input.chain === null) return yield* badRequest("chain is required for method 'donation'")
+        const target = yield* donations.resolve(input.chain)
         if (BigDecimal.lessThan(usd, BigDecimal.fromBigInt(BigInt(plan.minDonationUsd)))) {
           return yield* badRequest(`The minimum donation for plan '${plan.name}' is ${plan.minDonationUsd} USD`)
         }

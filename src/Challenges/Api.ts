@@ -3,8 +3,7 @@ import { Schema } from "effect"
 import { DonationChainName } from "../Domain/Chain.ts"
 import { UsdAmountInput } from "../Domain/Money.ts"
 import { BadRequestResponse, NotFoundResponse, UpstreamErrorResponse } from "../Http/Errors.ts"
-
-const DecimalString = Schema.String.annotations({ description: "Exact decimal number as a string" })
+import { DateTimeString, DecimalString } from "../Http/Schemas.ts"
 
 export class ChallengeIn extends Schema.Class<ChallengeIn>("ChallengeIn")({
   chain: Schema.String.pipe(Schema.maxLength(64)),
@@ -21,7 +20,7 @@ export class ChallengeOut extends Schema.Class<ChallengeOut>("ChallengeOut")({
   amount_native: DecimalString,
   amount_smallest: DecimalString,
   usd_amount: DecimalString,
-  expires_at: Schema.String
+  expires_at: DateTimeString
 }) {}
 
 export class ChallengeStatusOut extends Schema.Class<ChallengeStatusOut>("ChallengeStatusOut")({
@@ -30,7 +29,7 @@ export class ChallengeStatusOut extends Schema.Class<ChallengeStatusOut>("Challe
   chain: DonationChainName,
   amount_native: DecimalString,
   tx_hash: Schema.NullOr(Schema.String),
-  expires_at: Schema.String
+  expires_at: DateTimeString
 }) {}
 
 export class ChallengesApi extends HttpApiGroup.make("challenges")

@@ -2,8 +2,7 @@
 import { SqlClient } from "@effect/sql"
 import { BigDecimal, Config, ConfigError, Effect, Either, Option } from "effect"
 import { randomUUID } from "node:crypto"
-import { isDonationChain } from "../Accounts/Signup.ts"
-import { chainOfDonationChain, chains, type DonationChainName, donationChainNames } from "../Domain/Chain.ts"
+import { chainOfDonationChain, chains, type DonationChainName } from "../Domain/Chain.ts"
 import { formatDecimal, formatSmallest, parseDecimal } from "../Domain/Money.ts"
 import { DonationAddresses } from "../Donations/DonationAddresses.ts"
 import { badRequest, notFound } from "../Http/Errors.ts"
@@ -44,13 +43,7 @@ export class Challenges extends Effect.Service<Challenges>()("confirmd/Challenge
 
     const create = (input: ChallengeIn) =>
       Effect.gen(function*() {
-        if (!isDonationChain(input.chain)) {
-          return yield* badRequest(`Unsupported chain '${input.chain}'`, `Use one of: ${donationChainNames.join(", ")}`)
-        }
-        const target = yield* Option.match(donations.find(input.chain), {
-          onNone: () => badRequest(`Donations on '${input.chain}' are not available on this deployment`),
-          onSome: Effect.succeed
-        })
+        const target = yield* donations.resolve(input.chain)
         if (BigDecimal.lessThan(input.usd_amount, minUsd)) {
           return yield* badRequest(`The minimum challenge amount is ${formatDecimal(minUsd)} USD`)
         }

@@ -6,6 +6,7 @@
 import { Config, ConfigError, Effect, Either, Option } from "effect"
 import { bitcoinParamsConfig, canonicalAddress } from "../Domain/Address.ts"
 import { chainOfDonationChain, type DonationChainName, donationChainNames } from "../Domain/Chain.ts"
+import { badRequest } from "../Http/Errors.ts"
 
 export interface DonationTarget {
   readonly chain: DonationChainName
@@ -26,8 +27,17 @@ export class DonationAddresses extends Effect.Service<DonationAddresses>()("conf
       }
       targets.push({ chain, address: address.right })
     }
-    const find = (chain: DonationChainName): Option.Option<DonationTarget> =>
-      Option.fromNullable(targets.find((t) => t.chain === chain))
-    return { all: targets as ReadonlyArray<DonationTarget>, find } as const
+    /** The target for a requested donation chain, or the 400 the caller gets. */
+    const resolve = (chain: string) =>
+      Option.match(Option.fromNullable(targets.find((t) => t.chain === chain)), {
+        onSome: Effect.succeed,
+        onNone: () =>
+          Effect.fail(
+            (donationChainNames as ReadonlyArray<string>).includes(chain)
+              ? badRequest(`Donations on '${chain}' are not available on this deployment`)
+              : badRequest(`Unsupported donation chain '${chain}'`, `Use one of: ${donationChainNames.join(", ")}`)
+          )
+      })
+    return { all: targets as ReadonlyArray<DonationTarget>, resolve } as const
   })
 }) {}

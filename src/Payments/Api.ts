@@ -9,8 +9,7 @@ import {
   TooManyRequestsResponse,
   UpstreamErrorResponse
 } from "../Http/Errors.ts"
-
-const DecimalString = Schema.String.annotations({ description: "Exact decimal number as a string" })
+import { DateTimeString, DecimalString } from "../Http/Schemas.ts"
 
 export class CreatePaymentIn extends Schema.Class<CreatePaymentIn>("CreatePaymentIn")({
   usd_amount: UsdAmountInput,
@@ -27,7 +26,7 @@ export class CreatePaymentOut extends Schema.Class<CreatePaymentOut>("CreatePaym
   }),
   amount_native: DecimalString,
   usd_amount: DecimalString,
-  expires_at: Schema.String
+  expires_at: DateTimeString
 }) {}
 
 export class PaymentStatus extends Schema.Class<PaymentStatus>("PaymentStatus")({
