@@ -164,8 +164,36 @@ const ensureChromium = Effect.gen(function*() {
   process.env.CHROMIUM_PATH = out.trim()
 })
 
+/** True when a Docker engine answers (not just the client): then containers are used. */
+const dockerAvailable = Command.exitCode(Command.make("docker", "info").pipe(Command.stdout("pipe"), Command.stderr("pipe"))).pipe(
+  Effect.map((code) => code === 0),
+  Effect.orElseSucceed(() => false)
+)
+
+/**
+ * On a machine with Docker, PostgreSQL and Kafka run in testcontainers when their variables
+ * are unset; stopped again at teardown.
+ */
+const containers = Effect.gen(function*() {
+  const started: Array<{ stop: () => Promise<unknown> }> = []
+  if (process.env.DATABASE_URL === undefined) {
+    const { PostgreSqlContainer } = yield* Effect.promise(() => import("@testcontainers/postgresql"))
+    const pg = yield* Effect.promise(() => new PostgreSqlContainer("postgres:16").start())
+    started.push(pg)
+    process.env.DATABASE_URL = pg.getConnectionUri()
+  }
+  if (process.env.KAFKA_BROKERS === undefined) {
+    const { KafkaContainer } = yield* Effect.promise(() => import("@testcontainers/kafka"))
+    const kafka = yield* Effect.promise(() => new KafkaContainer("confluentinc/cp-kafka:7.9.0").withKraft().start())
+    started.push(kafka)
+    process.env.KAFKA_BROKERS = `${kafka.getHost()}:${kafka.getMappedPort(9093)}`
+  }
+  return Effect.promise(() => Promise.all(started.map((container) => container.stop()))).pipe(Effect.asVoid)
+})
+
 const setup = Effect.gen(function*() {
   yield* ensureChromium
+  const stopContainers = (yield* dockerAvailable) ? yield* containers : Effect.void
   const wanted = (yield* engines).filter((engine) => process.env[engine.variable] === undefined)
   // Engines start concurrently: Kafka alone may take a while (jar download on first use).
   const results = yield* Effect.forEach(wanted, (engine) => provide(engine).pipe(Effect.either), {
@@ -175,12 +203,13 @@ const setup = Effect.gen(function*() {
   const failure = Arr.findFirst(results, Either.isLeft)
   if (Option.isSome(failure)) {
     yield* teardown(provided).pipe(Effect.ignore)
+    yield* stopContainers
     return yield* Effect.fail(failure.value.left)
   }
-  return provided
+  return Effect.zipRight(teardown(provided), stopContainers)
 })
 
 export default async function engineSetup(): Promise<() => Promise<void>> {
-  const provided = await Effect.runPromise(setup.pipe(Effect.provide(NodeContext.layer)))
-  return () => Effect.runPromise(teardown(provided).pipe(Effect.provide(NodeContext.layer)))
+  const stop = await Effect.runPromise(setup.pipe(Effect.provide(NodeContext.layer)))
+  return () => Effect.runPromise(stop.pipe(Effect.provide(NodeContext.layer)))
 }

@@ -6,7 +6,7 @@ import { ConfigProvider, Context, Duration, Effect, Exit, Layer, Schedule, Scope
 import { randomUUID } from "node:crypto"
 import { DatabaseLive } from "../../src/Database/Database.ts"
 import { paymentDelivery, type PaymentCallback, encodePaymentCallback } from "../../src/Webhooks/Payloads.ts"
-import { retryDelay, WebhookDispatcher, WebhookDispatcherLive } from "../../src/Webhooks/WebhookDispatcher.ts"
+import { publicOnlyLookup, retryDelay, WebhookDispatcher, WebhookDispatcherLive } from "../../src/Webhooks/WebhookDispatcher.ts"
 import { freshDatabase } from "../support/Database.ts"
 import { WebhookReceiver } from "../support/WebhookReceiver.ts"
 
@@ -91,6 +91,24 @@ describe("retry delays", () => {
     Effect.gen(function*() {
       const delays = yield* Effect.forEach([1, 2, 3, 4, 5, 6, 7, 10], retryDelay)
       expect(delays.map(Duration.toSeconds)).toEqual([1, 2, 4, 8, 16, 30, 30, 30])
+    }))
+})
+
+describe("connect-time address check", () => {
+  // What the HTTP agent calls when it opens a connection, after checkCallbackUrl passed: a
+  // name that re-resolves to a private address in between is refused here.
+  const lookup = (host: string, all: boolean) =>
+    Effect.async<{ readonly error: NodeJS.ErrnoException | null; readonly address: unknown }>((resume) =>
+      publicOnlyLookup(host, { all }, (error, address) => resume(Effect.succeed({ error, address })))
+    )
+
+  it.live("refuses a name that resolves to loopback, in both lookup forms", () =>
+    Effect.gen(function*() {
+      for (const all of [false, true]) {
+        const { error } = yield* lookup("localhost", all)
+        expect(error?.code).toBe("ECALLBACKPRIVATE")
+        expect(error?.message).toMatch(/non-public address/)
+      }
     }))
 })
 

@@ -1,0 +1,240 @@
+/**
+ * The shapes confirmd sends out, shared by producers (the matcher writes them into
+ * `webhook_deliveries` / `outbox_events`) and consumers (the dispatcher, the relay, tests and
+ * downstream systems decode them with the same schemas).
+ *
+ * - Webhook bodies, exactly as SPEC.md "Events": `PaymentCallback`, `ChallengeCallback`.
+ * - `ConfirmationRecord`: the versioned JSON envelope of the `<prefix>.confirmations` topic,
+ *   `{ version: 1, id, type, occurredAt, data }`, `data` per `type`.
+ *
+ * Encoded (JSON) forms: smallest-unit amounts are decimal strings, block numbers and
+ * confirmation counts are JSON integers, timestamps ISO 8601 UTC. Decoded forms use bigint
+ * for amounts and block numbers.
+ *
+ * Event ids (`eventId`) are deterministic per fact, so a fact written twice (a block
+ * re-processed) collides on the primary key instead of producing a second event.
+ */
+import { Schema } from "effect"
+import { ChainName, DonationChainName } from "../Domain/Chain.ts"
+
+/** Smallest units: bigint in programs, decimal string in JSON. */
+const Smallest = Schema.BigInt
+/** Block heights: bigint in programs, JSON integer (heights stay far below 2^53). */
+const BlockNumber = Schema.BigIntFromNumber.pipe(Schema.nonNegativeBigInt())
+/** Decimal text as returned by the API ("0.0123", "25.5"). */
+const DecimalString = Schema.String.pipe(Schema.pattern(/^-?[0-9]+(\.[0-9]+)?$/))
+
+// ---------------------------------------------------------------------------------------
+// Webhook bodies (SPEC.md "Events")
+// ---------------------------------------------------------------------------------------
+
+/** Body POSTed to a payment's `callback_url` when it becomes PAID. */
+export const PaymentCallback = Schema.Struct({
+  paymentId: Schema.UUID,
+  userId: Schema.UUID,
+  chain: ChainName,
+  address: Schema.String,
+  txHash: Schema.String,
+  blockNumber: BlockNumber,
+  confirmations: Schema.NonNegativeInt,
+  expectedAmountWei: Smallest
+})
+export type PaymentCallback = typeof PaymentCallback.Type
+export type PaymentCallbackJson = typeof PaymentCallback.Encoded
+
+/** Body POSTed to a challenge's `callback_url` (when given) when it becomes CONFIRMED. */
+export const ChallengeCallback = Schema.Struct({
+  challengeId: Schema.UUID,
+  chain: DonationChainName,
+  address: Schema.String,
+  txHash: Schema.String,
+  expectedAmount: Smallest,
+  amountNative: DecimalString,
+  usdAmount: DecimalString
+})
+export type ChallengeCallback = typeof ChallengeCallback.Type
+export type ChallengeCallbackJson = typeof ChallengeCallback.Encoded
+
+export const encodePaymentCallback: (body: PaymentCallback) => PaymentCallbackJson = Schema.encodeSync(PaymentCallback)
+export const encodeChallengeCallback: (body: ChallengeCallback) => ChallengeCallbackJson = Schema.encodeSync(
+  ChallengeCallback
+)
+
+// ---------------------------------------------------------------------------------------
+// Confirmation-topic records
+// ---------------------------------------------------------------------------------------
+
+export const PaymentPaidData = Schema.Struct({
+  paymentId: Schema.UUID,
+  userId: Schema.UUID,
+  chain: ChainName,
+  address: Schema.String,
+  txHash: Schema.String,
+  blockNumber: BlockNumber,
+  blockHash: Schema.String,
+  /** Confirmations when the payment became PAID (the threshold, or more after a catch-up). */
+  confirmations: Schema.NonNegativeInt,
+  amountSmallest: Smallest,
+  amountNative: DecimalString,
+  usdAmount: DecimalString
+})
+
+/** A PAID payment's transaction left the canonical chain; the payment stays PAID. */
+export const PaymentReorgedData = Schema.Struct({
+  paymentId: Schema.UUID,
+  userId: Schema.UUID,
+  chain: ChainName,
+  txHash: Schema.String,
+  orphanedBlockNumber: BlockNumber,
+  orphanedBlockHash: Schema.String
+})
+
+export const ChallengeConfirmedData = Schema.Struct({
+  challengeId: Schema.UUID,
+  chain: DonationChainName,
+  address: Schema.String,
+  txHash: Schema.String,
+  blockNumber: BlockNumber,
+  blockHash: Schema.String,
+  amountSmallest: Smallest,
+  amountNative: DecimalString,
+  usdAmount: DecimalString
+})
+
+/** A signup donation arrived: the linked subscription became active. */
+export const IntentConfirmedData = Schema.Struct({
+  intentId: Schema.UUID,
+  userId: Schema.UUID,
+  chain: DonationChainName,
+  address: Schema.String,
+  txHash: Schema.String,
+  blockNumber: BlockNumber,
+  blockHash: Schema.String,
+  amountSmallest: Smallest,
+  amountNative: DecimalString,
+  usdAmount: DecimalString
+})
+
+const envelope = <T extends string, D extends Schema.Schema.Any>(type: T, data: D) =>
+  Schema.Struct({
+    version: Schema.Literal(1),
+    /** The event id: stable across re-publication, so consumers deduplicate by it. */
+    id: Schema.String,
+    type: Schema.Literal(type),
+    /** When confirmd recorded the fact (ISO 8601 UTC). */
+    occurredAt: Schema.Date,
+    data
+  })
+
+export const PaymentPaidRecord = envelope("payment.paid", PaymentPaidData)
+export const PaymentReorgedRecord = envelope("payment.reorged", PaymentReorgedData)
+export const ChallengeConfirmedRecord = envelope("challenge.confirmed", ChallengeConfirmedData)
+export const IntentConfirmedRecord = envelope("intent.confirmed", IntentConfirmedData)
+
+export const ConfirmationRecord = Schema.Union(
+  PaymentPaidRecord,
+  PaymentReorgedRecord,
+  ChallengeConfirmedRecord,
+  IntentConfirmedRecord
+)
+export type ConfirmationRecord = typeof ConfirmationRecord.Type
+export type ConfirmationRecordJson = typeof ConfirmationRecord.Encoded
+export type ConfirmationType = ConfirmationRecord["type"]
+
+export const encodeConfirmationRecord: (record: ConfirmationRecord) => ConfirmationRecordJson = Schema.encodeSync(
+  ConfirmationRecord
+)
+/** For consumers: the topic value (UTF-8 JSON) to a typed record. */
+export const ConfirmationRecordFromJson = Schema.parseJson(ConfirmationRecord)
+export const decodeConfirmationRecord = Schema.decodeUnknown(ConfirmationRecordFromJson)
+
+// ---------------------------------------------------------------------------------------
+// Event ids and outbox rows
+// ---------------------------------------------------------------------------------------
+
+export const eventId = {
+  paymentPaid: (paymentId: string) => `payment.paid:${paymentId}`,
+  /** One per orphaned block: a payment may in principle be reorged out more than once. */
+  paymentReorged: (paymentId: string, orphanedBlockHash: string) => `payment.reorged:${paymentId}:${orphanedBlockHash}`,
+  challengeConfirmed: (challengeId: string) => `challenge.confirmed:${challengeId}`,
+  intentConfirmed: (intentId: string) => `intent.confirmed:${intentId}`
+} as const
+
+/** Values for one `webhook_deliveries` row (insert `payload` as jsonb, e.g. `sql.json`). */
+export interface DeliveryRow {
+  readonly id: string
+  readonly url: string
+  readonly payload: PaymentCallbackJson | ChallengeCallbackJson
+}
+
+export const paymentDelivery = (url: string, body: PaymentCallback): DeliveryRow => ({
+  id: eventId.paymentPaid(body.paymentId),
+  url,
+  payload: encodePaymentCallback(body)
+})
+
+export const challengeDelivery = (url: string, body: ChallengeCallback): DeliveryRow => ({
+  id: eventId.challengeConfirmed(body.challengeId),
+  url,
+  payload: encodeChallengeCallback(body)
+})
+
+/** Values for one `outbox_events` row (insert `payload` as jsonb). */
+export interface OutboxRow {
+  readonly id: string
+  /** The record key: the payment, challenge or intent id (keeps one entity's events in order). */
+  readonly key: string
+  readonly type: ConfirmationType
+  readonly payload: ConfirmationRecordJson
+}
+
+const keyOf = (record: ConfirmationRecord): string => {
+  switch (record.type) {
+    case "payment.paid":
+    case "payment.reorged":
+      return record.data.paymentId
+    case "challenge.confirmed":
+      return record.data.challengeId
+    case "intent.confirmed":
+      return record.data.intentId
+  }
+}
+
+export const outboxRow = (record: ConfirmationRecord): OutboxRow => ({
+  id: record.id,
+  key: keyOf(record),
+  type: record.type,
+  payload: encodeConfirmationRecord(record)
+})
+
+/** Record constructors: the id comes from `eventId`; `occurredAt` is when the fact was recorded. */
+export const confirmationRecord = {
+  paymentPaid: (data: typeof PaymentPaidData.Type, occurredAt: Date): ConfirmationRecord => ({
+    version: 1,
+    id: eventId.paymentPaid(data.paymentId),
+    type: "payment.paid",
+    occurredAt,
+    data
+  }),
+  paymentReorged: (data: typeof PaymentReorgedData.Type, occurredAt: Date): ConfirmationRecord => ({
+    version: 1,
+    id: eventId.paymentReorged(data.paymentId, data.orphanedBlockHash),
+    type: "payment.reorged",
+    occurredAt,
+    data
+  }),
+  challengeConfirmed: (data: typeof ChallengeConfirmedData.Type, occurredAt: Date): ConfirmationRecord => ({
+    version: 1,
+    id: eventId.challengeConfirmed(data.challengeId),
+    type: "challenge.confirmed",
+    occurredAt,
+    data
+  }),
+  intentConfirmed: (data: typeof IntentConfirmedData.Type, occurredAt: Date): ConfirmationRecord => ({
+    version: 1,
+    id: eventId.intentConfirmed(data.intentId),
+    type: "intent.confirmed",
+    occurredAt,
+    data
+  })
+} as const

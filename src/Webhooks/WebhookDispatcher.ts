@@ -1,0 +1,348 @@
+/**
+ * Delivers the rows of `webhook_deliveries` (written by the matcher in its block transaction)
+ * as JSON POSTs to their callback URLs, following SPEC.md "Delivery rules":
+ *
+ * - 2xx is delivered; any other status, a timeout, a connection error or a refused target
+ *   is a failed attempt.
+ * - `CALLBACK_MAX_RETRIES` attempts in total, each bounded by `CALLBACK_TIMEOUT_SECONDS`.
+ * - Between attempts: 1 s, doubling, capped at 30 s (`retrySchedule`). The next attempt time
+ *   lives in `next_attempt_at`, so pending deliveries survive a restart.
+ * - After the last failed attempt the row becomes `dropped` and is logged; nothing retries it.
+ *
+ * Replicas share the table: a due row is claimed with `FOR UPDATE SKIP LOCKED` and leased by
+ * moving `next_attempt_at` past the longest possible attempt; an outcome is recorded only if
+ * `attempts` is still what was claimed, so a stale attempt never overwrites a newer one.
+ *
+ * The target is checked before every attempt (`checkCallbackUrl`) and, unless private
+ * networks are allowed, every address the connection resolves to is checked again at connect
+ * time, so a name that re-resolves to a private address between the two is refused too.
+ */
+import { HttpClient, HttpClientRequest } from "@effect/platform"
+import { NodeHttpClient } from "@effect/platform-node"
+import { SqlClient } from "@effect/sql"
+import {
+  Chunk,
+  Config,
+  Context,
+  Data,
+  Duration,
+  Effect,
+  FiberSet,
+  Layer,
+  Metric,
+  MetricBoundaries,
+  Option,
+  Queue,
+  Ref,
+  Schedule
+} from "effect"
+import { lookup as dnsLookup } from "node:dns"
+import type { LookupAddress, LookupOptions } from "node:dns"
+import type { LookupFunction } from "node:net"
+import { AllowPrivateNetworks, checkCallbackUrl, isPublicAddress } from "./CallbackUrl.ts"
+
+// ---------------------------------------------------------------------------------------
+// Retry policy
+// ---------------------------------------------------------------------------------------
+
+/** SPEC backoff: 1 s, 2 s, 4 s, 8 s, 16 s, then 30 s (the smaller of the two delays). */
+export const retrySchedule = Schedule.exponential("1 second").pipe(Schedule.union(Schedule.spaced("30 seconds")))
+
+/**
+ * The wait after the `failedAttempts`-th failed attempt (1-based). Computed by stepping
+ * `retrySchedule` rather than restated as a formula, so the schedule is the single definition;
+ * the result is persisted in `next_attempt_at` instead of being slept on.
+ */
+export const retryDelay = (failedAttempts: number): Effect.Effect<Duration.Duration> =>
+  Schedule.run(Schedule.delays(retrySchedule), 0, Array.from({ length: Math.max(1, failedAttempts) }, () => undefined))
+    .pipe(Effect.map((delays) => Option.getOrElse(Chunk.last(delays), () => Duration.zero)))
+
+// ---------------------------------------------------------------------------------------
+// Configuration
+// ---------------------------------------------------------------------------------------
+
+export interface DispatcherSettings {
+  /** Attempts in total, including the first (`CALLBACK_MAX_RETRIES`, default 6). */
+  readonly maxAttempts: number
+  /** Per-attempt bound, URL check included (`CALLBACK_TIMEOUT_SECONDS`, default 10). */
+  readonly timeout: Duration.Duration
+  /** Fallback poll for rows this process was not woken for (`WEBHOOK_POLL_INTERVAL_MS`, default 200). */
+  readonly pollInterval: Duration.Duration
+  /** Attempts in flight at once (`WEBHOOK_CONCURRENCY`, default 16). */
+  readonly concurrency: number
+}
+
+const positive = { message: "must be positive", validation: (n: number) => n > 0 }
+
+export const dispatcherSettingsConfig: Config.Config<DispatcherSettings> = Config.all({
+  maxAttempts: Config.integer("CALLBACK_MAX_RETRIES").pipe(Config.validate(positive), Config.withDefault(6)),
+  timeout: Config.number("CALLBACK_TIMEOUT_SECONDS").pipe(
+    Config.validate(positive),
+    Config.withDefault(10),
+    Config.map(Duration.seconds)
+  ),
+  pollInterval: Config.integer("WEBHOOK_POLL_INTERVAL_MS").pipe(
+    Config.validate(positive),
+    Config.withDefault(200),
+    Config.map(Duration.millis)
+  ),
+  concurrency: Config.integer("WEBHOOK_CONCURRENCY").pipe(Config.validate(positive), Config.withDefault(16))
+})
+
+// ---------------------------------------------------------------------------------------
+// Outcomes
+// ---------------------------------------------------------------------------------------
+
+/** One attempt ends as: delivered (2xx), failed (a retry is scheduled) or dropped (it was the last). */
+export type AttemptOutcome = "delivered" | "failed" | "dropped"
+
+export interface DeliveryStats {
+  readonly delivered: number
+  readonly failed: number
+  readonly dropped: number
+  /** Index 0 is the first attempt. */
+  readonly byAttempt: ReadonlyArray<{ readonly delivered: number; readonly failed: number; readonly dropped: number }>
+}
+
+const emptyStats: DeliveryStats = { delivered: 0, failed: 0, dropped: 0, byAttempt: [] }
+
+const addOutcome = (stats: DeliveryStats, attempt: number, outcome: AttemptOutcome): DeliveryStats => {
+  const byAttempt = [...stats.byAttempt]
+  while (byAttempt.length < attempt) byAttempt.push({ delivered: 0, failed: 0, dropped: 0 })
+  const row = byAttempt[attempt - 1] ?? { delivered: 0, failed: 0, dropped: 0 }
+  byAttempt[attempt - 1] = { ...row, [outcome]: row[outcome] + 1 }
+  return { ...stats, [outcome]: stats[outcome] + 1, byAttempt }
+}
+
+/** Process-wide metrics (Effect's default registry) for the operations endpoint. */
+export const webhookMetrics = {
+  /** Attempts by `outcome` (delivered | failed | dropped) and `attempt` (1-based). */
+  attempts: Metric.counter("confirmd_webhook_attempts_total", {
+    description: "Webhook attempts by outcome and attempt number",
+    incremental: true
+  }),
+  /** Time from the row's commit to the start of its first attempt. */
+  firstAttemptLag: Metric.histogram(
+    "confirmd_webhook_first_attempt_lag_seconds",
+    MetricBoundaries.exponential({ start: 0.005, factor: 2, count: 14 }),
+    "Time from delivery creation to its first attempt"
+  )
+} as const
+
+// ---------------------------------------------------------------------------------------
+// Service
+// ---------------------------------------------------------------------------------------
+
+export class WebhookDispatcher extends Context.Tag("confirmd/WebhookDispatcher")<WebhookDispatcher, {
+  /**
+   * Looks for due deliveries now rather than at the next poll. Call after committing new
+   * rows (the poll finds them anyway, within `WEBHOOK_POLL_INTERVAL_MS`).
+   */
+  readonly wake: Effect.Effect<void>
+  /** Outcomes of this instance's attempts so far. */
+  readonly stats: Effect.Effect<DeliveryStats>
+}>() {}
+
+class AttemptFailed extends Data.TaggedError("AttemptFailed")<{ readonly reason: string }> {}
+
+interface DueDelivery {
+  readonly id: string
+  readonly url: string
+  /** The payload as PostgreSQL's JSON text: posted as is. */
+  readonly body: string
+  /** Attempts made before this one. */
+  readonly attempts: number
+  readonly waited_seconds: number
+}
+
+/** The deepest `message` of an error chain: "connect ECONNREFUSED 127.0.0.1:1" rather than "Transport error". */
+const rootMessage = (error: unknown): string => {
+  let current: unknown = error
+  let message = ""
+  for (let depth = 0; depth < 8 && current instanceof Error; depth++) {
+    if (current.message !== "") message = current.message
+    current = current.cause
+  }
+  return message === "" ? String(error) : message
+}
+
+/** A `net` lookup that refuses non-public addresses (used when private networks are not allowed). */
+export const publicOnlyLookup: LookupFunction = (hostname, options, callback) =>
+  dnsLookup(hostname, { ...options, all: true }, (error, addresses: Array<LookupAddress>) => {
+    if (error !== null) return callback(error, "")
+    const blocked = addresses.find((entry) => !isPublicAddress(entry.address))
+    if (blocked !== undefined) {
+      const refused: NodeJS.ErrnoException = new Error(
+        `callback host ${hostname} resolves to a non-public address (${blocked.address}); private networks are not allowed`
+      )
+      refused.code = "ECALLBACKPRIVATE"
+      return callback(refused, "")
+    }
+    const first = addresses[0]
+    if ((options as LookupOptions).all === true) return callback(null, addresses)
+    return first === undefined
+      ? callback(Object.assign(new Error(`callback host ${hostname} has no address`), { code: "ENOTFOUND" }), "")
+      : callback(null, first.address, first.family)
+  })
+
+const makeDispatcher = Effect.gen(function*() {
+  const settings = yield* dispatcherSettingsConfig
+  const sql = yield* SqlClient.SqlClient
+  const client = (yield* HttpClient.HttpClient).pipe(
+    HttpClient.mapRequest(HttpClientRequest.setHeader("user-agent", "confirmd-webhooks/1")),
+    // Only the status matters: the attempt's scope ends the request, body unread.
+    HttpClient.withScope
+  )
+  const stats = yield* Ref.make(emptyStats)
+  const signal = yield* Queue.sliding<void>(1)
+  const wake = Queue.offer(signal, undefined).pipe(Effect.asVoid)
+  const fibers = yield* FiberSet.make()
+  /** Ids with an attempt running here: never start a second one for the same delivery. */
+  const inFlight = new Set<string>()
+  // The lease outlasts any attempt (bounded by the timeout) plus the time to record it.
+  const leaseSeconds = Duration.toSeconds(settings.timeout) + 30
+
+  const claim = (limit: number) =>
+    sql<DueDelivery>`
+      UPDATE webhook_deliveries d
+      SET next_attempt_at = now() + make_interval(secs => ${leaseSeconds}::double precision)
+      FROM (
+        SELECT id FROM webhook_deliveries
+        WHERE status = 'pending' AND next_attempt_at <= now()
+        ORDER BY next_attempt_at
+        LIMIT ${limit}
+        FOR UPDATE SKIP LOCKED
+      ) due
+      WHERE d.id = due.id
+      RETURNING d.id, d.url, d.payload::text AS body, d.attempts,
+        extract(epoch FROM clock_timestamp() - d.created_at)::double precision AS waited_seconds`
+
+  const post = (delivery: DueDelivery) =>
+    Effect.gen(function*() {
+      const url = yield* checkCallbackUrl(delivery.url)
+      const response = yield* client.execute(
+        HttpClientRequest.post(url).pipe(HttpClientRequest.bodyText(delivery.body, "application/json"))
+      )
+      if (response.status < 200 || response.status >= 300) {
+        return yield* new AttemptFailed({ reason: `receiver answered HTTP ${response.status}` })
+      }
+    }).pipe(
+      Effect.scoped,
+      Effect.timeoutFail({
+        duration: settings.timeout,
+        onTimeout: () => new AttemptFailed({ reason: `no answer within ${Duration.format(settings.timeout)}` })
+      }),
+      Effect.mapError((error) => {
+        switch (error._tag) {
+          case "AttemptFailed":
+            return error
+          case "CallbackUrlRejected":
+            return new AttemptFailed({ reason: `refused target: ${error.message}` })
+          case "RequestError":
+          case "ResponseError":
+            return new AttemptFailed({ reason: `request failed: ${rootMessage(error)}` })
+          default:
+            // A ConfigError from CALLBACK_ALLOW_PRIVATE_NETWORKS (validated at start).
+            return new AttemptFailed({ reason: String(error) })
+        }
+      })
+    )
+
+  const record = (attempt: number, outcome: AttemptOutcome) =>
+    Effect.zipRight(
+      Ref.update(stats, (s) => addOutcome(s, attempt, outcome)),
+      Metric.update(
+        webhookMetrics.attempts.pipe(Metric.tagged("outcome", outcome), Metric.tagged("attempt", String(attempt))),
+        1
+      )
+    )
+
+  const deliver = (delivery: DueDelivery) =>
+    Effect.gen(function*() {
+      const attempt = delivery.attempts + 1
+      if (attempt === 1) yield* Metric.update(webhookMetrics.firstAttemptLag, delivery.waited_seconds)
+      const result = yield* Effect.either(post(delivery))
+      if (result._tag === "Right") {
+        yield* sql`
+          UPDATE webhook_deliveries
+          SET status = 'delivered', attempts = ${attempt}, last_error = NULL, finished_at = now()
+          WHERE id = ${delivery.id} AND attempts = ${delivery.attempts} AND status = 'pending'`
+        return yield* record(attempt, "delivered")
+      }
+      const reason = result.left.reason
+      if (attempt >= settings.maxAttempts) {
+        yield* sql`
+          UPDATE webhook_deliveries
+          SET status = 'dropped', attempts = ${attempt}, last_error = ${reason}, finished_at = now()
+          WHERE id = ${delivery.id} AND attempts = ${delivery.attempts} AND status = 'pending'`
+        yield* Effect.logWarning("webhook dropped after its last attempt").pipe(
+          Effect.annotateLogs({ deliveryId: delivery.id, attempts: attempt, lastError: reason })
+        )
+        return yield* record(attempt, "dropped")
+      }
+      const delay = yield* retryDelay(attempt)
+      yield* sql`
+        UPDATE webhook_deliveries
+        SET attempts = ${attempt}, last_error = ${reason},
+          next_attempt_at = now() + make_interval(secs => ${Duration.toSeconds(delay)}::double precision)
+        WHERE id = ${delivery.id} AND attempts = ${delivery.attempts} AND status = 'pending'`
+      yield* Effect.logDebug("webhook attempt failed").pipe(
+        Effect.annotateLogs({ deliveryId: delivery.id, attempt, error: reason, retryIn: Duration.format(delay) })
+      )
+      yield* record(attempt, "failed")
+      // Come back when it is due instead of waiting for the next poll after that.
+      yield* FiberSet.run(fibers, Effect.delay(wake, delay))
+    }).pipe(
+      // Stopped mid-attempt: hand the row back at once instead of leaving it leased.
+      Effect.onInterrupt(() =>
+        sql`
+          UPDATE webhook_deliveries SET next_attempt_at = now()
+          WHERE id = ${delivery.id} AND attempts = ${delivery.attempts} AND status = 'pending'`.pipe(Effect.ignore)
+      ),
+      // Recording failed: the lease runs out and the attempt is made again (callbacks may repeat).
+      Effect.catchAllCause((cause) =>
+        Effect.logWarning("recording a webhook attempt failed", cause).pipe(
+          Effect.annotateLogs({ deliveryId: delivery.id })
+        )
+      ),
+      Effect.ensuring(Effect.zipRight(Effect.sync(() => inFlight.delete(delivery.id)), wake))
+    )
+
+  /** Starts attempts for due rows, up to the free slots; true when more rows may be due. */
+  const fill = Effect.gen(function*() {
+    const free = settings.concurrency - inFlight.size
+    if (free <= 0) return false
+    const due = yield* claim(free)
+    for (const delivery of due) {
+      if (inFlight.has(delivery.id)) continue
+      inFlight.add(delivery.id)
+      yield* FiberSet.run(fibers, deliver(delivery))
+    }
+    return due.length === free
+  })
+
+  const waitForWork = Effect.raceFirst(Queue.take(signal), Effect.sleep(settings.pollInterval))
+
+  yield* fill.pipe(
+    Effect.tapErrorCause((cause) => Effect.logWarning("claiming webhook deliveries failed", cause)),
+    Effect.retry(Schedule.exponential("500 millis").pipe(Schedule.union(Schedule.spaced("10 seconds")))),
+    Effect.flatMap((more) => (more ? Effect.void : waitForWork)),
+    Effect.forever,
+    Effect.forkScoped
+  )
+
+  return WebhookDispatcher.of({ wake, stats: Ref.get(stats) })
+})
+
+/** The callback HTTP client: node:http, no redirects followed, optionally connect-time address check. */
+const CallbackHttpClientLive = Layer.unwrapEffect(
+  Effect.map(AllowPrivateNetworks, (allowPrivate) =>
+    NodeHttpClient.layerWithoutAgent.pipe(
+      Layer.provide(NodeHttpClient.makeAgentLayer(allowPrivate ? { keepAlive: true } : { keepAlive: true, lookup: publicOnlyLookup }))
+    ))
+)
+
+/** The dispatcher's fiber for the lifetime of the layer's scope (needs `SqlClient`). */
+export const WebhookDispatcherLive = Layer.scoped(WebhookDispatcher, makeDispatcher).pipe(
+  Layer.provide(CallbackHttpClientLive)
+)
