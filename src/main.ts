@@ -17,12 +17,17 @@ import { Payments } from "./Payments/Payments.ts"
 import { PriceOracle } from "./Price/PriceOracle.ts"
 import { ExpirySweeperLive } from "./Watches/ExpirySweeper.ts"
 import { Watches } from "./Watches/Watches.ts"
+import { OutboxRelayLive } from "./Webhooks/OutboxRelay.ts"
+import { WebhookDispatcherLive } from "./Webhooks/WebhookDispatcher.ts"
 
 /** Marks the monitor as running once every background fiber it depends on has started. */
 const MonitorRunningLive = Layer.effectDiscard(Effect.flatMap(MonitorState, (monitor) => monitor.markRunning))
 
+/** Confirmations leave through the webhook dispatcher and the outbox relay. */
+const DeliveryLive = Layer.mergeAll(WebhookDispatcherLive, OutboxRelayLive)
+
 const BackgroundLive = MonitorRunningLive.pipe(
-  Layer.provide(Layer.mergeAll(ExpirySweeperLive, IngestersLive))
+  Layer.provide(Layer.mergeAll(ExpirySweeperLive, IngestersLive, DeliveryLive))
 )
 
 const ServicesLive = Layer.mergeAll(Payments.Default, Signup.Default, Challenges.Default).pipe(
