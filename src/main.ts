@@ -10,7 +10,7 @@ import { DatabaseLive } from "./Database/Database.ts"
 import { DonationAddresses } from "./Donations/DonationAddresses.ts"
 import { EventLogLive } from "./EventLog/Live.ts"
 import { MonitorState } from "./Health/MonitorState.ts"
-import { HttpLive, NodeServerLive } from "./Http/Server.ts"
+import { HttpLive, nodeServer } from "./Http/Server.ts"
 import { IngestersLive } from "./Ingest/ChainIngester.ts"
 import { IngesterRegistry } from "./Ingest/IngesterRegistry.ts"
 import { Payments } from "./Payments/Payments.ts"
@@ -49,7 +49,9 @@ export const makeApp = <E, R>(server: Layer.Layer<HttpServer.HttpServer | HttpRo
     Layer.provide(ServicesLive)
   )
 
-export const MainLive = makeApp(NodeServerLive).pipe(Layer.provide(Logger.json))
+export const MainLive = Layer.unwrapEffect(
+  Effect.map(nodeServer, (server) => server.drain.pipe(Layer.provideMerge(makeApp(server.layer))))
+).pipe(Layer.provide(Logger.json))
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   Layer.launch(MainLive).pipe(NodeRuntime.runMain({ disablePrettyLogger: true }))

@@ -14,15 +14,15 @@ import {
 } from "@effect/platform"
 import { HttpApiDecodeError } from "@effect/platform/HttpApiError"
 import { RequestError, RouteNotFound } from "@effect/platform/HttpServerError"
-import { NodeHttpServer } from "@effect/platform-node"
 import { Config, Effect, Layer, Option } from "effect"
 import { randomUUID } from "node:crypto"
-import { createServer } from "node:http"
 import { AccountLive, AuthenticationLive, PublicLive } from "../Accounts/Http.ts"
 import { AddressesLive } from "../Addresses/Http.ts"
 import { ConfirmdApi } from "../Api.ts"
 import { ChallengesLive } from "../Challenges/Http.ts"
 import { AgentsLive } from "../Health/Http.ts"
+import { drainableServer } from "../Ops/HttpDrain.ts"
+import { OpsRoutesLive, withHttpMetrics } from "../Ops/Http.ts"
 import { PaymentsLive } from "../Payments/Http.ts"
 import { internalError, notFound, payloadTooLarge, validationError, type ValidationIssue } from "./Errors.ts"
 
@@ -89,19 +89,25 @@ const ApiLive = HttpApiBuilder.api(ConfirmdApi).pipe(
   Layer.provide(AuthenticationLive)
 )
 
-/** The API served on whatever `HttpServer` is provided (a socket in `main`, port 0 in tests). */
-export const HttpLive = HttpApiBuilder.serve(withRequestId).pipe(
+/**
+ * The API and the operator endpoints served on whatever `HttpServer` is provided (a socket in
+ * `main`, port 0 in tests); every request counted in the HTTP metrics.
+ */
+export const HttpLive = HttpApiBuilder.serve((app) => withHttpMetrics(withRequestId(app))).pipe(
   Layer.provide(HttpApiSwagger.layer({ path: "/docs" })),
+  // /metrics and /ops/status: beside the API, outside its OpenAPI document (Ops/Http.ts).
+  Layer.provide(OpsRoutesLive),
   Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
   Layer.provide(RequestErrorsLive),
   Layer.provide(ApiLive),
   HttpServer.withLogAddress
 )
 
-/** Listens on `PORT` (default 8080). */
-export const NodeServerLive = Layer.unwrapEffect(
-  Effect.map(
-    Config.integer("PORT").pipe(Config.withDefault(8080)),
-    (port) => NodeHttpServer.layer(createServer, { port, host: "0.0.0.0" })
-  )
+/**
+ * The socket on `PORT` (default 8080): its `layer`, and `drain`, to be built above the app
+ * so that a stop drains the requests under way first (Ops/HttpDrain.ts).
+ */
+export const nodeServer = Effect.flatMap(
+  Config.integer("PORT").pipe(Config.withDefault(8080)),
+  (port) => drainableServer({ port, host: "0.0.0.0" })
 )

@@ -28,10 +28,11 @@
  *   clamped to 250 ms .. 10 s: the wait between polls once caught up.
  * - `START_BLOCK_<CHAIN>`: where a chain without a cursor starts (default: the node's head).
  */
-import { Cause, Config, ConfigError, Duration, Effect, Either, FiberMap, Layer, Option, Predicate, Random, Ref, Stream } from "effect"
+import { Cause, Config, ConfigError, Duration, Effect, Either, Layer, Option, Predicate, Random, Ref, Stream } from "effect"
 import { type ChainBlock, ChainClients } from "../Chains/ChainClients.ts"
 import { type ChainName, chains } from "../Domain/Chain.ts"
 import { EventLog } from "../EventLog/EventLog.ts"
+import { ChainLocks } from "../Ops/ChainLocks.ts"
 import { blockRecords, type BlockRef, blocksTopic, outgoing, type ReorgRecord } from "./BlockMessage.ts"
 import { IngestCursors, type Tip } from "./Cursor.ts"
 import { IngesterRegistry } from "./IngesterRegistry.ts"
@@ -152,9 +153,11 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
           } else {
             yield* Effect.logWarning("reorg").pipe(Effect.annotateLogs(details))
           }
-          yield* eventLog.publish(outgoing(eventLog, [record]))
           const to: Tip = ancestor ?? { number: fromNumber - 1n, hash: null }
-          yield* cursors.rewind(chain, to)
+          yield* Effect.uninterruptible(Effect.zipRight(
+            eventLog.publish(outgoing(eventLog, [record])),
+            cursors.rewind(chain, to)
+          ))
           yield* rewound(to, ancestor)
         })
 
@@ -165,12 +168,15 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
             yield* reorg(nodeHead)
             return false
           }
-          yield* eventLog.publish(outgoing(eventLog, blockRecords(block)))
           const published: BlockRef = { number: block.number, hash: block.hash }
-          yield* cursors.advance(chain, published, settings.reorgDepth)
+          // A block under way is finished on shutdown or when the chain's lock goes.
+          yield* Effect.uninterruptible(Effect.zipRight(
+            eventLog.publish(outgoing(eventLog, blockRecords(block))),
+            cursors.advance(chain, published, settings.reorgDepth)
+          ))
           tip = published
           next = block.number + 1n
-          yield* registry.update(chain, (s) => ({ ...s, lastPublished: published }))
+          yield* registry.update(chain, (s) => ({ ...s, lastPublished: published, lastBlockTime: block.timestamp }))
           yield* progressed
           return true
         })
@@ -201,7 +207,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
 
       while (true) {
         const head = yield* clients.head(chain)
-        yield* registry.update(chain, (s) => ({ ...s, state: "running", head }))
+        yield* registry.observeHead(chain, head, next)
         if (head < next) {
           yield* idle(head)
           continue
@@ -241,20 +247,22 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
   })
 
 /**
- * Starts one supervised ingester per enabled chain for the life of the layer; fails to
- * build on invalid ingest configuration. Needs ChainClients, EventLog, IngesterRegistry
- * and the SQL client (migrated).
+ * Runs one supervised ingester per enabled chain whose lock this replica holds (every chain
+ * in the embedded mode, see Ops/ChainLocks.ts) for the life of the layer; fails to build on
+ * invalid ingest or lock configuration. Needs ChainClients, EventLog, IngesterRegistry and
+ * the SQL client (migrated).
  */
 export const IngestersLive = Layer.scopedDiscard(
   Effect.gen(function*() {
     const clients = yield* ChainClients
-    const settings = yield* Effect.forEach(
+    const locks = yield* ChainLocks
+    const settings = new Map(yield* Effect.forEach(
       clients.enabledChains,
       (chain) => Effect.map(ingestSettingsConfig(chain), (s) => [chain, s] as const)
-    )
-    const fibers = yield* FiberMap.make<ChainName>()
-    for (const [chain, chainSettings] of settings) {
-      yield* FiberMap.run(fibers, chain, runIngester(chain, chainSettings))
-    }
+    ))
+    yield* Effect.forkScoped(locks.supervise(clients.enabledChains, (chain) => {
+      const chainSettings = settings.get(chain)
+      return chainSettings === undefined ? Effect.void : runIngester(chain, chainSettings)
+    }))
   })
-).pipe(Layer.provide(IngestCursors.Default))
+).pipe(Layer.provide([IngestCursors.Default, ChainLocks.Default]))

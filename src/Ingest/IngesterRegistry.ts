@@ -1,6 +1,8 @@
 /**
- * In-memory status of every chain ingester, for operators (/metrics, /ops/status): what
- * each one is doing, how far it got, and how often it failed or saw a reorg.
+ * In-memory status of every chain ingester of this replica, for operators (/metrics,
+ * /ops/status): what each one is doing, how far it got, how far behind the node it is, and
+ * how often it failed or saw a reorg. A chain whose lock another replica holds has no entry
+ * here (or a "stopped" one, after this replica lost it).
  */
 import { DateTime, Effect, SubscriptionRef } from "effect"
 import type { ChainName } from "../Domain/Chain.ts"
@@ -15,6 +17,10 @@ export interface IngesterStatus {
   readonly head: bigint | null
   /** The newest published block that is still canonical (the cursor). */
   readonly lastPublished: BlockRef | null
+  /** Block time (unix seconds) of the last block published by this run; null before one. */
+  readonly lastBlockTime: number | null
+  /** Since when the ingester has had blocks to publish up to the head; null while caught up. */
+  readonly behindSince: DateTime.Utc | null
   /** The last failure, `<tag>: <message>`; kept after recovery. */
   readonly lastError: string | null
   /** Failures that made the ingester back off and start again. */
@@ -30,6 +36,8 @@ const initial = (chain: ChainName, now: DateTime.Utc): IngesterStatus => ({
   state: "starting",
   head: null,
   lastPublished: null,
+  lastBlockTime: null,
+  behindSince: null,
   lastError: null,
   restarts: 0,
   reorgs: 0,
@@ -50,7 +58,18 @@ export class IngesterRegistry extends Effect.Service<IngesterRegistry>()("confir
       ): Effect.Effect<void> =>
         Effect.flatMap(DateTime.now, (now) =>
           SubscriptionRef.update(ref, (statuses) =>
-            new Map(statuses).set(chain, { ...f(statuses.get(chain) ?? initial(chain, now)), updatedAt: now })))
+            new Map(statuses).set(chain, { ...f(statuses.get(chain) ?? initial(chain, now)), updatedAt: now }))),
+      /**
+       * A poll saw the node at `head` while `next` is the next height to publish: running,
+       * and behind since the first such poll (or caught up).
+       */
+      observeHead: (chain: ChainName, head: bigint, next: bigint): Effect.Effect<void> =>
+        Effect.flatMap(DateTime.now, (now) =>
+          SubscriptionRef.update(ref, (statuses) => {
+            const status = statuses.get(chain) ?? initial(chain, now)
+            const behindSince = head >= next ? status.behindSince ?? now : null
+            return new Map(statuses).set(chain, { ...status, state: "running", head, behindSince, updatedAt: now })
+          }))
     }
   })
 }) {}

@@ -20,6 +20,7 @@ import {
   Either,
   Exit,
   HashMap,
+  Metric,
   Option,
   ParseResult,
   Ref,
@@ -27,6 +28,7 @@ import {
 } from "effect"
 import { Symbol as TokenSymbol } from "../Domain/Chain.ts"
 import { decimalFromNumber, formatDecimal, parseDecimal } from "../Domain/Money.ts"
+import { priceSourceErrors } from "../Ops/Metrics.ts"
 
 /** No source could give a price for `symbol`; `message` lists why each one failed. */
 export class PriceUnavailable extends Schema.TaggedError<PriceUnavailable>()("PriceUnavailable", {
@@ -257,6 +259,7 @@ export class PriceOracle extends Effect.Service<PriceOracle>()("confirmd/PriceOr
         return fromSource(source, instrument).pipe(
           Effect.catchAll((failed) =>
             Effect.logWarning(`price source ${source} failed for ${symbol}: ${failed.reason}`).pipe(
+              Effect.zipRight(Metric.update(priceSourceErrors.pipe(Metric.tagged("source", source)), 1)),
               Effect.zipRight(attempt(rest, [...reasons, `${source}: ${failed.reason}`]))
             )
           )

@@ -1,0 +1,28 @@
+# confirmd: runs the TypeScript sources with tsx (as `npm start` does); no build step.
+#   docker build -t confirmd .
+#   docker compose up -d   (PostgreSQL, Kafka, two replicas, Prometheus)
+
+# Production dependencies only, resolved from the lockfile.
+FROM node:20-bookworm-slim AS deps
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --ignore-scripts && npm cache clean --force
+
+FROM node:20-bookworm-slim AS runtime
+ENV NODE_ENV=production \
+    PORT=8080 \
+    DATA_DIR=/app/data
+WORKDIR /app
+COPY --from=deps /app/node_modules ./node_modules
+COPY package.json tsconfig.json ./
+COPY src ./src
+COPY migrations ./migrations
+# The embedded mode writes only DATA_DIR; everything else stays read-only for the user.
+RUN mkdir -p /app/data && chown node:node /app/data
+USER node
+EXPOSE 8080
+HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
+  CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.PORT || 8080) + '/health').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
+# node itself is PID 1 and receives SIGTERM (npm would not pass it on): the program drains and exits 0.
+STOPSIGNAL SIGTERM
+CMD ["node", "--import", "tsx", "src/main.ts"]

@@ -1,0 +1,159 @@
+/**
+ * One ingester per chain across replicas, through PostgreSQL session advisory locks.
+ *
+ * With `DATABASE_URL` set, each replica keeps one dedicated connection (a pool of its own,
+ * `application_name` = `confirmd-ingester <replica id>`) and, every tick, tries the lock of
+ * every chain it does not hold yet on it; the ingester of a chain runs only while its lock is
+ * held. That same query is the connection's heartbeat: when it fails or does not answer in
+ * time, every ingester of the replica is stopped before the connection is closed, and the
+ * replica starts over with a new connection. The lock session is also given an
+ * `idle_session_timeout`, so PostgreSQL itself ends the session (and frees the chains) of a
+ * replica that hangs without dying. A killed replica's connection closes with it, its locks
+ * go at once, and another replica takes them on its next tick; it goes on from the chain's
+ * cursor in PostgreSQL, so no block is skipped.
+ *
+ * Embedded (no `DATABASE_URL`, one PGlite connection): one process, which runs every chain.
+ *
+ * Configuration:
+ * - `INGESTER_TAKEOVER_SECONDS` (15): the longest a chain may stay without an ingester once
+ *   its holder is gone. Ticks every min(1 s, takeover / 3); a lock query that takes longer
+ *   than takeover / 3 counts as a lost connection; PostgreSQL ends a lock session that has
+ *   been idle for takeover / 2.
+ */
+import { Reactivity } from "@effect/experimental"
+import type { SqlError } from "@effect/sql"
+import { PgClient } from "@effect/sql-pg"
+import { Cause, Config, Duration, Effect, FiberMap, Option, Schema } from "effect"
+import type { Scope } from "effect"
+import type { ChainName } from "../Domain/Chain.ts"
+import { replicaIdConfig } from "./ReplicaIdentity.ts"
+
+/** First key of every confirmd ingester lock ("conf"); the second one names the chain. */
+export const LOCK_NAMESPACE = 0x636f6e66
+
+/** A stable positive int4 per chain name (FNV-1a), independent of the order of `CHAINS`. */
+export const chainLockKey = (chain: ChainName): number => {
+  let hash = 0x811c9dc5
+  for (let i = 0; i < chain.length; i++) {
+    hash = Math.imul(hash ^ chain.charCodeAt(i), 0x01000193)
+  }
+  return (hash >>> 0) & 0x7fffffff
+}
+
+/** The `application_name` prefix of lock connections; the replica id follows it. */
+export const LOCK_APPLICATION_PREFIX = "confirmd-ingester "
+
+export interface LockSettings {
+  readonly takeover: Duration.Duration
+  readonly tick: Duration.Duration
+  readonly queryTimeout: Duration.Duration
+  readonly idleSessionTimeout: Duration.Duration
+}
+
+export const lockSettingsConfig: Config.Config<LockSettings> = Config.number("INGESTER_TAKEOVER_SECONDS").pipe(
+  Config.validate({ message: "INGESTER_TAKEOVER_SECONDS must be at least 3", validation: (n) => n >= 3 }),
+  Config.withDefault(15),
+  Config.map((seconds) => ({
+    takeover: Duration.seconds(seconds),
+    tick: Duration.millis(Math.min(1000, (seconds * 1000) / 3)),
+    queryTimeout: Duration.millis((seconds * 1000) / 3),
+    idleSessionTimeout: Duration.millis((seconds * 1000) / 2)
+  }))
+)
+
+class LockSessionLost extends Schema.TaggedError<LockSessionLost>()("LockSessionLost", {
+  message: Schema.String
+}) {}
+
+const Acquired = Schema.Array(Schema.Tuple(Schema.Number, Schema.Boolean))
+const decodeAcquired = Schema.decodeUnknown(Acquired)
+
+export type LockMode = "advisory" | "single"
+
+export class ChainLocks extends Effect.Service<ChainLocks>()("confirmd/ChainLocks", {
+  effect: Effect.gen(function*() {
+    const url = yield* Config.option(Config.redacted("DATABASE_URL"))
+    const settings = yield* lockSettingsConfig
+    const replicaId = yield* replicaIdConfig
+    const mode: LockMode = Option.isSome(url) ? "advisory" : "single"
+
+    /**
+     * Runs `run(chain)` for every chain of `chains` this replica holds, for as long as it
+     * holds it, until interrupted. Never fails: a lost lock connection is logged and opened
+     * again.
+     */
+    const supervise = <R>(
+      chains: ReadonlyArray<ChainName>,
+      run: (chain: ChainName) => Effect.Effect<void, never, R>
+    ): Effect.Effect<never, never, R | Scope.Scope> => {
+      if (Option.isNone(url)) {
+        return Effect.gen(function*() {
+          const fibers = yield* FiberMap.make<ChainName>()
+          for (const chain of chains) yield* FiberMap.run(fibers, chain, run(chain))
+          return yield* Effect.never
+        })
+      }
+      const byKey = new Map(chains.map((chain) => [chainLockKey(chain), chain] as const))
+
+      /** One lock connection: holds what it can until the connection fails. */
+      const session = Effect.gen(function*() {
+        const client = yield* PgClient.make({
+          url: url.value,
+          maxConnections: 1,
+          connectTimeout: settings.queryTimeout,
+          applicationName: `${LOCK_APPLICATION_PREFIX}${replicaId}`.slice(0, 63)
+        })
+        const connection = yield* client.reserve
+        const query = (text: string, params: ReadonlyArray<unknown> = []) =>
+          connection.executeValues(text, params).pipe(
+            Effect.timeoutFail({
+              duration: settings.queryTimeout,
+              onTimeout: () => new LockSessionLost({ message: `lock query took longer than ${Duration.format(settings.queryTimeout)}` })
+            })
+          )
+        yield* query(`SET idle_session_timeout = ${Math.round(Duration.toMillis(settings.idleSessionTimeout))}`)
+        // Created after the connection, so closed before it: ingesters stop, then the locks go.
+        const fibers = yield* FiberMap.make<ChainName>()
+        const held = new Set<ChainName>()
+
+        const tick: Effect.Effect<void, SqlError.SqlError | LockSessionLost, R> = Effect.gen(function*() {
+          const free = [...byKey].filter(([, chain]) => !held.has(chain)).map(([key]) => key)
+          if (free.length === 0) {
+            yield* query("SELECT 1")
+            return
+          }
+          const rows = yield* query(
+            "SELECT k, pg_try_advisory_lock($1, k) FROM unnest($2::int4[]) AS k",
+            [LOCK_NAMESPACE, free]
+          ).pipe(Effect.flatMap((rows) => Effect.orDie(decodeAcquired(rows))))
+          for (const [key, acquired] of rows) {
+            const chain = byKey.get(key)
+            if (!acquired || chain === undefined) continue
+            held.add(chain)
+            yield* Effect.logInfo("chain lock acquired; starting its ingester").pipe(Effect.annotateLogs({ chain }))
+            yield* FiberMap.run(fibers, chain, run(chain))
+          }
+        })
+
+        return yield* tick.pipe(
+          Effect.zipRight(Effect.sleep(settings.tick)),
+          Effect.forever,
+          // Stop the ingesters at once, before anything else is released.
+          Effect.onError(() => FiberMap.clear(fibers))
+        )
+      }).pipe(Effect.scoped, Effect.provide(Reactivity.layer))
+
+      return session.pipe(
+        Effect.catchAllCause((cause) =>
+          Effect.logError("chain lock connection lost; ingesters of this replica stopped", Cause.squash(cause)).pipe(
+            Effect.zipRight(Effect.sleep(settings.tick))
+          )
+        ),
+        Effect.forever,
+        Effect.annotateLogs({ component: "chain-locks", replica: replicaId })
+      )
+    }
+
+    return { mode, settings, replicaId, supervise } as const
+  })
+}) {}

@@ -1,0 +1,100 @@
+/**
+ * Operator endpoints, served beside the API but kept out of its OpenAPI document (they are
+ * not part of the merchant contract in SPEC.md; /docs stays the merchants' reference):
+ *
+ * - `GET /metrics`: Prometheus text format; meant for the scraper on the internal network.
+ * - `GET /ops/status`: the same state as JSON for humans. When `OPS_TOKEN` is set it needs
+ *   `Authorization: Bearer <OPS_TOKEN>`; otherwise 401 in the error envelope.
+ *
+ * `withHttpMetrics` counts every request by route template, method and status, with its
+ * latency.
+ */
+import { HttpApiBuilder, HttpMiddleware, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { Clock, Config, Effect, Exit, Layer, Metric, Option, Redacted } from "effect"
+import { createHash, timingSafeEqual } from "node:crypto"
+import { fromSnapshot, httpRequestDuration, httpRequests, render, snapshotFamilies } from "./Metrics.ts"
+import { OpsStatus, toJson } from "./Status.ts"
+
+/** The route template the router matched (it records it on the request's server span). */
+const matchedRoute = Effect.map(
+  Effect.option(Effect.currentSpan),
+  (span) => Option.flatMap(span, (s) => Option.fromNullable(s.attributes.get("http.route")))
+)
+
+export const withHttpMetrics = HttpMiddleware.make((app) =>
+  Effect.gen(function*() {
+    const request = yield* HttpServerRequest.HttpServerRequest
+    const started = yield* Clock.currentTimeNanos
+    return yield* app.pipe(
+      Effect.onExit((exit) =>
+        Effect.gen(function*() {
+          const elapsed = Number((yield* Clock.currentTimeNanos) - started) / 1e9
+          // 499: the client went away before an answer (the platform's own convention).
+          const status = Exit.isSuccess(exit) ? exit.value.status : Exit.isInterrupted(exit) ? 499 : 500
+          const route = Option.getOrElse(
+            Option.map(yield* matchedRoute, String),
+            () => (status === 404 ? "unmatched" : "other")
+          )
+          yield* Metric.update(
+            httpRequests.pipe(
+              Metric.tagged("route", route),
+              Metric.tagged("method", request.method),
+              Metric.tagged("status", String(status))
+            ),
+            1
+          )
+          yield* Metric.update(
+            httpRequestDuration.pipe(Metric.tagged("route", route), Metric.tagged("method", request.method)),
+            elapsed
+          )
+        })
+      )
+    )
+  })
+)
+
+const digest = (text: string) => createHash("sha256").update(text).digest()
+
+const unauthorized = HttpServerResponse.unsafeJson({
+  error: {
+    code: "unauthorized",
+    message: "Missing or invalid operator token",
+    hint: "Send Authorization: Bearer <OPS_TOKEN>"
+  }
+}, { status: 401 })
+
+export const OpsRoutesLive = HttpApiBuilder.Router.use((router) =>
+  Effect.gen(function*() {
+    const status = yield* OpsStatus
+    const token = yield* Config.option(Config.redacted("OPS_TOKEN"))
+    const expected = Option.map(token, (t) => digest(Redacted.value(t)))
+
+    const authorized = (request: HttpServerRequest.HttpServerRequest): boolean => {
+      if (Option.isNone(expected)) return true
+      const header = request.headers["authorization"] ?? ""
+      const presented = /^Bearer\s+(.+)$/i.exec(header)?.[1]
+      return presented !== undefined && timingSafeEqual(digest(presented.trim()), expected.value)
+    }
+
+    yield* router.get(
+      "/metrics",
+      Effect.gen(function*() {
+        const snapshot = yield* status.collect
+        const registry = yield* Metric.snapshot
+        return HttpServerResponse.text(render([...snapshotFamilies(snapshot), ...fromSnapshot(registry)]), {
+          contentType: "text/plain; version=0.0.4; charset=utf-8"
+        })
+      })
+    )
+
+    yield* router.get(
+      "/ops/status",
+      Effect.gen(function*() {
+        const request = yield* HttpServerRequest.HttpServerRequest
+        if (!authorized(request)) return unauthorized
+        const snapshot = yield* status.collect
+        return HttpServerResponse.unsafeJson(toJson(snapshot))
+      })
+    )
+  })
+).pipe(Layer.provide(OpsStatus.Default))
