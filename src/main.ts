@@ -13,6 +13,7 @@ import { MonitorState } from "./Health/MonitorState.ts"
 import { HttpLive, nodeServer } from "./Http/Server.ts"
 import { IngestersLive } from "./Ingest/ChainIngester.ts"
 import { IngesterRegistry } from "./Ingest/IngesterRegistry.ts"
+import { MatcherLive } from "./Matcher/Consumer.ts"
 import { Payments } from "./Payments/Payments.ts"
 import { PriceOracle } from "./Price/PriceOracle.ts"
 import { ExpirySweeperLive } from "./Watches/ExpirySweeper.ts"
@@ -26,7 +27,12 @@ const MonitorRunningLive = Layer.effectDiscard(Effect.flatMap(MonitorState, (mon
 /** Confirmations leave through the webhook dispatcher and the outbox relay. */
 const DeliveryLive = Layer.mergeAll(WebhookDispatcherLive, OutboxRelayLive)
 
+/**
+ * The monitor: expiry, ingestion, matching and delivery. The matcher stays visible to the
+ * HTTP layer, whose /metrics and /ops/status report its figures.
+ */
 const BackgroundLive = MonitorRunningLive.pipe(
+  Layer.provideMerge(MatcherLive),
   Layer.provide(Layer.mergeAll(ExpirySweeperLive, IngestersLive, DeliveryLive))
 )
 

@@ -1,7 +1,9 @@
 /**
  * Moves PENDING payments, signup intents and challenges past their expiry to EXPIRED and closes
  * their watches, so a late transfer no longer matches. Reads already show EXPIRED before this
- * runs (see `effectiveStatus`); the sweeper makes it durable and frees the amounts.
+ * runs (see `effectiveStatus`); the sweeper makes it durable and frees the amounts. Expiry is
+ * judged by block time, as the matcher does: a watch is only closed once its chain's matcher
+ * has passed the expiry (a chain nobody matches has no cursor and closes by the clock).
  */
 import { SqlClient } from "@effect/sql"
 import { Config, Duration, Effect, Layer, Schedule } from "effect"
@@ -10,14 +12,20 @@ export const sweepExpired = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   return yield* sql<{ kind: string; expired: string }>`
     WITH closed AS (
-      UPDATE watches SET open = false
+      UPDATE watches w SET open = false
       WHERE open AND expires_at <= now()
-        AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = watches.id AND p.tx_hash IS NOT NULL)
+        AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = w.id AND p.tx_hash IS NOT NULL)
+        -- A transfer mined before expiry still pays: wait until the matcher has applied a
+        -- block of that chain from after the expiry.
+        AND NOT EXISTS (
+          SELECT 1 FROM matcher_cursors c
+          WHERE c.chain = w.chain AND (c.block_time IS NULL OR c.block_time < w.expires_at)
+        )
       RETURNING id, kind
     ),
     payments_expired AS (
       UPDATE payments SET status = 'EXPIRED'
-      WHERE id IN (SELECT id FROM closed WHERE kind = 'payment') AND status = 'PENDING'
+      WHERE id IN (SELECT id FROM closed WHERE kind = 'payment') AND status = 'PENDING' AND tx_hash IS NULL
       RETURNING id
     ),
     intents_expired AS (

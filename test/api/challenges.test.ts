@@ -1,5 +1,6 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
+import { anvil } from "../support/Chains.ts"
 import { App, donationAddresses, eventually } from "../support/TestApp.ts"
 
 layer(App.layer({ PRICE_CACHE_SECONDS: "0" }), { excludeTestServices: true })("challenges", (it) => {
@@ -71,9 +72,13 @@ layer(App.layer({ CHALLENGE_TTL: "1", EXPIRY_SWEEP_SECONDS: "1" }), { excludeTes
       expect(second.body.amount_smallest).not.toBe(first.body.amount_smallest)
       yield* eventually(app.request("GET", `/challenges/${first.body.challenge_id}`), (r) => r.body.status === "EXPIRED")
       yield* eventually(app.request("GET", `/challenges/${second.body.challenge_id}`), (r) => r.body.status === "EXPIRED")
-      // Once the sweeper has closed both watches, the base amount is free again.
+      // Expiry is judged by block time (whole seconds): once a block from after the expiry has
+      // been matched, the sweeper closes both watches and the base amount is free again. The
+      // chain moves on as a live one would.
       const third = yield* eventually(
-        app.request("POST", "/challenges", { json: { chain: "ethereum", usd_amount: "2" } }),
+        anvil.mine(1).pipe(
+          Effect.zipRight(app.request("POST", "/challenges", { json: { chain: "ethereum", usd_amount: "2" } }))
+        ),
         (r) => r.body.amount_smallest === first.body.amount_smallest
       )
       expect(third.status).toBe(200)

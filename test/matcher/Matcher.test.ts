@@ -1,10 +1,19 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { eventually, subscribe } from "../support/TestApp.ts"
+import { SqlClient } from "@effect/sql"
+import { blockRecords } from "../../src/Ingest/BlockMessage.ts"
+import { sweepExpired } from "../../src/Watches/ExpirySweeper.ts"
 import { block, type Harness, hashOf, hook, logKinds, makeHarness, reorg, txHash } from "./harness.ts"
 
 const MERCHANT = "0x1111111111111111111111111111111111111111"
 const OTHER = "0x2222222222222222222222222222222222222222"
+
+/**
+ * Heights for the synthetic blocks: far above the test node's, so that blocks the app's own
+ * ingesters may see on the shared nodes never collide with them.
+ */
+const above = (startBlock: bigint) => startBlock + 1_000_000_000n
 
 interface Watch {
   readonly id: string
@@ -49,8 +58,8 @@ const outbox = (h: Harness, key: string) =>
     SELECT id, type, payload FROM outbox_events WHERE key = ${key} ORDER BY created_at`.pipe(Effect.orDie)
 
 const deliveries = (h: Harness) =>
-  h.sql<{ id: string; url: string; payload: Record<string, unknown>; status: string }>`
-    SELECT id, url, payload, status FROM webhook_deliveries ORDER BY created_at`.pipe(Effect.orDie)
+  h.sql<{ id: string; url: string; payload: Record<string, unknown> }>`
+    SELECT id, url, payload FROM webhook_deliveries ORDER BY created_at`.pipe(Effect.orDie)
 
 const watchOpen = (h: Harness, id: string) =>
   Effect.map(
@@ -64,7 +73,7 @@ for (const kind of logKinds) {
       Effect.gen(function*() {
         const h = yield* makeHarness(kind)
         const w = yield* createPayment(h)
-        const n = w.startBlock + 1n
+        const n = above(w.startBlock)
         yield* h.publish(block("ethereum", n, [
           { to: OTHER, value: w.amount },
           { to: w.address, value: w.amount + 1n },
@@ -78,15 +87,37 @@ for (const kind of logKinds) {
         expect(yield* watchOpen(h, w.id)).toBe(true)
       }).pipe(Effect.scoped))
 
+    it.live("joins a block split into parts before matching", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(kind)
+        const w = yield* createPayment(h)
+        const n = above(w.startBlock)
+        const whole = block("ethereum", n, [
+          ...Array.from({ length: 30 }, () => ({ to: OTHER, value: 1n })),
+          { to: w.address, value: w.amount, txHash: "0x03" }
+        ])
+        const parts = blockRecords(whole, 1_000)
+        expect(parts.length).toBeGreaterThan(2)
+        // Another chain's block in between: parts are joined per chain.
+        yield* h.publish(parts[0]!, block("bnb", n, [{ to: OTHER, value: 1n }]), ...parts.slice(1))
+        yield* h.settled("ethereum")
+        yield* h.settled("bnb")
+        expect(yield* status(h, w)).toMatchObject({ tx_hash: "0x03", confirmations: 1 })
+        expect((yield* h.matcher.statuses).get("ethereum")).toMatchObject({ blocks: 1, transfers: 31 })
+      }).pipe(Effect.scoped))
+
     it.live("ignores a block at or below the payment's start block", () =>
       Effect.gen(function*() {
         const h = yield* makeHarness(kind)
         const w = yield* createPayment(h)
-        yield* h.publish(block("ethereum", w.startBlock, [{ to: w.address, value: w.amount }]))
+        // As if the payment had been created at that (synthetic) head.
+        const start = above(w.startBlock)
+        yield* h.sql`UPDATE watches SET start_block = ${start.toString()}::bigint WHERE id = ${w.id}`.pipe(Effect.orDie)
+        yield* h.publish(block("ethereum", start, [{ to: w.address, value: w.amount }]))
         yield* h.settled("ethereum")
         expect(yield* detections(h, w.id)).toEqual([])
         expect(yield* status(h, w)).toMatchObject({ status: "PENDING", tx_hash: null, confirmations: 0 })
-        yield* h.publish(block("ethereum", w.startBlock + 1n, [{ to: w.address, value: w.amount, txHash: "0x01" }]))
+        yield* h.publish(block("ethereum", start + 1n, [{ to: w.address, value: w.amount, txHash: "0x01" }]))
         yield* h.settled("ethereum")
         expect(yield* status(h, w)).toMatchObject({ tx_hash: "0x01", confirmations: 1 })
       }).pipe(Effect.scoped))
@@ -95,7 +126,7 @@ for (const kind of logKinds) {
       Effect.gen(function*() {
         const h = yield* makeHarness(kind)
         const w = yield* createPayment(h)
-        const n = w.startBlock + 1n
+        const n = above(w.startBlock)
         const tx = txHash()
         yield* h.publish(block("ethereum", n, [{ to: w.address, value: w.amount, txHash: tx }]))
         yield* h.settled("ethereum")
@@ -110,7 +141,6 @@ for (const kind of logKinds) {
         expect(yield* deliveries(h)).toEqual([{
           id: `payment.paid:${w.id}`,
           url: hook,
-          status: "pending",
           payload: {
             paymentId: w.id,
             userId: account.body.user_id,
@@ -141,7 +171,7 @@ for (const kind of logKinds) {
       Effect.gen(function*() {
         const h = yield* makeHarness(kind)
         const w = yield* createPayment(h)
-        const n = w.startBlock + 1n
+        const n = above(w.startBlock)
         const first = block("ethereum", n, [{ to: w.address, value: w.amount }])
         const second = block("ethereum", n + 1n, [])
         yield* h.publish(first, first, second, first, second, second)
@@ -158,7 +188,7 @@ for (const kind of logKinds) {
       Effect.gen(function*() {
         const h = yield* makeHarness(kind)
         const w = yield* createPayment(h)
-        const n = w.startBlock + 1n
+        const n = above(w.startBlock)
         const tx = txHash()
         yield* h.publish(block("ethereum", n, [{ to: w.address, value: w.amount, txHash: tx }]))
         yield* h.settled("ethereum")
@@ -193,7 +223,7 @@ for (const kind of logKinds) {
       Effect.gen(function*() {
         const h = yield* makeHarness(kind)
         const w = yield* createPayment(h)
-        const n = w.startBlock + 1n
+        const n = above(w.startBlock)
         const tx = txHash()
         yield* h.publish(block("ethereum", n, [{ to: w.address, value: w.amount, txHash: tx }]), block("ethereum", n + 1n, []))
         yield* h.settled("ethereum")
@@ -220,7 +250,7 @@ for (const kind of logKinds) {
         const [row] = yield* h.sql<{ expires: number }>`
           SELECT extract(epoch FROM expires_at)::float8 AS expires FROM payments WHERE id = ${w.id}`.pipe(Effect.orDie)
         const expires = Math.floor(row!.expires)
-        const n = w.startBlock + 1n
+        const n = above(w.startBlock)
         // Mined after expiry (a chain ahead of this clock, or the matcher catching up): no match.
         yield* h.publish(block("ethereum", n, [{ to: w.address, value: w.amount }], { timestamp: expires + 1 }))
         yield* h.settled("ethereum")
@@ -229,6 +259,22 @@ for (const kind of logKinds) {
         yield* h.publish(block("ethereum", n + 1n, [{ to: w.address, value: w.amount, txHash: "0x02" }], { timestamp: expires - 1 }))
         yield* h.settled("ethereum")
         expect(yield* status(h, w)).toMatchObject({ tx_hash: "0x02", confirmations: 1 })
+      }).pipe(Effect.scoped))
+
+    it.live("a detected payment past its expiry is not expired by the sweeper and still becomes PAID", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(kind)
+        const w = yield* createPayment(h)
+        const n = above(w.startBlock)
+        yield* h.publish(block("ethereum", n, [{ to: w.address, value: w.amount }]))
+        yield* h.settled("ethereum")
+        yield* h.sql`UPDATE payments SET expires_at = now() - interval '1 second' WHERE id = ${w.id}`.pipe(Effect.orDie)
+        yield* h.sql`UPDATE watches SET expires_at = now() - interval '1 second' WHERE id = ${w.id}`.pipe(Effect.orDie)
+        yield* sweepExpired.pipe(Effect.provideService(SqlClient.SqlClient, h.sql), Effect.orDie)
+        expect(yield* status(h, w)).toMatchObject({ status: "PENDING", confirmations: 1 })
+        yield* h.publish(block("ethereum", n + 1n, []))
+        yield* h.settled("ethereum")
+        expect(yield* status(h, w)).toMatchObject({ status: "PAID", confirmations: 2 })
       }).pipe(Effect.scoped))
 
     it.live("confirms a signup intent on the first mined match and activates the account", () =>
@@ -247,7 +293,7 @@ for (const kind of logKinds) {
 
         const [row] = yield* h.sql<{ start_block: string }>`
           SELECT start_block::text AS start_block FROM watches WHERE id = ${intent.intent_id}`.pipe(Effect.orDie)
-        const n = BigInt(row!.start_block) + 1n
+        const n = above(BigInt(row!.start_block))
         const tx = txHash()
         yield* h.publish(block("ethereum", n, [{ to: intent.address, value: BigInt(intent.amount_smallest), txHash: tx }]))
         yield* h.settled("ethereum")
@@ -285,7 +331,7 @@ for (const kind of logKinds) {
         const silent = yield* h.app.request("POST", "/challenges", { json: { chain: "binance", usd_amount: "3" } })
         const [row] = yield* h.sql<{ start_block: string }>`
           SELECT start_block::text AS start_block FROM watches WHERE id = ${challenge.challenge_id}`.pipe(Effect.orDie)
-        const n = BigInt(row!.start_block) + 1n
+        const n = above(BigInt(row!.start_block))
         const tx = txHash()
         const tx2 = txHash()
         yield* h.publish(block("bnb", n, [
@@ -298,7 +344,6 @@ for (const kind of logKinds) {
         expect(yield* deliveries(h)).toEqual([{
           id: `challenge.confirmed:${challenge.challenge_id}`,
           url: hook,
-          status: "pending",
           payload: {
             challengeId: challenge.challenge_id,
             chain: "binance",
@@ -320,7 +365,7 @@ for (const kind of logKinds) {
       Effect.gen(function*() {
         const h = yield* makeHarness(kind)
         const w = yield* createPayment(h)
-        const n = w.startBlock + 1n
+        const n = above(w.startBlock)
         yield* h.publish(block("ethereum", n, [{ to: w.address, value: w.amount }]))
         yield* h.settled("ethereum")
         // The PAID block's transaction fails on its outbox write.

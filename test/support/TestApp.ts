@@ -50,6 +50,7 @@ export const donationAddresses = {
 
 export const baseConfig = (): Record<string, string> => ({
   CHAINS: "ethereum,bnb,bitcoin",
+  POLL_INTERVAL_MS: "200",
   RPC_URL_ETHEREUM: anvilUrl(),
   RPC_URL_BNB: anvilUrl(),
   BITCOIN_RPC_URL: bitcoinRpcUrl(),

@@ -1,0 +1,203 @@
+/**
+ * Matcher throughput: `BENCH_WATCHES` (default 100,000) open payment watches inserted with SQL,
+ * then `BENCH_BLOCKS` (default 500) ethereum blocks of 200 transfers, `BENCH_MATCHES_PER_BLOCK`
+ * (default 20) of them paying a watch exactly and the rest going to other addresses or
+ * amounts. Every matched payment becomes PAID two blocks later (webhook and outbox rows).
+ *
+ * Three runs, each on a fresh database: the blocks applied directly (`Matcher.apply`, the
+ * database alone), then published first and consumed by `MatcherLive` through the embedded
+ * EventLog, and through Kafka when `KAFKA_BROKERS` is set. The database is the PostgreSQL
+ * server of `DATABASE_URL` (a fresh database per run, dropped afterwards) or, when unset, an
+ * embedded PGlite in a temporary directory.
+ *
+ *   npx tsx bench/matcher.ts      (or `run` from bench/index.ts)
+ */
+import { Reactivity } from "@effect/experimental"
+import { SqlClient } from "@effect/sql"
+import { PgClient } from "@effect/sql-pg"
+import { Config, ConfigProvider, Context, Effect, Layer, Logger, LogLevel, Option, Redacted, Stream } from "effect"
+import { randomBytes } from "node:crypto"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import * as path from "node:path"
+import { DatabaseLive } from "../src/Database/Database.ts"
+import { EmbeddedLive } from "../src/EventLog/Embedded.ts"
+import { EventLog } from "../src/EventLog/EventLog.ts"
+import { KafkaLive } from "../src/EventLog/Kafka.ts"
+import { type BlockRecord, outgoing } from "../src/Ingest/BlockMessage.ts"
+import { MatcherLive } from "../src/Matcher/Consumer.ts"
+import { Matcher } from "../src/Matcher/Matcher.ts"
+
+type Mode = "direct" | "embedded" | "kafka"
+
+const transfersPerBlock = 200
+/** Watches are spread over this many merchant addresses. */
+const addressCount = 1_000
+
+const watchedAddress = (k: number) => `0x${(k % addressCount).toString(16).padStart(40, "0")}`
+const watchedAmount = (k: number) => 1_000_000n + BigInt(k)
+const hash = (n: number) => `0x${n.toString(16).padStart(64, "0")}`
+
+interface Settings {
+  readonly watches: number
+  readonly blocks: number
+  readonly matchesPerBlock: number
+  readonly kafkaBrokers: string
+  readonly databaseUrl: Option.Option<string>
+}
+
+const settings = Config.all({
+  watches: Config.integer("BENCH_WATCHES").pipe(Config.withDefault(100_000)),
+  blocks: Config.integer("BENCH_BLOCKS").pipe(Config.withDefault(500)),
+  matchesPerBlock: Config.integer("BENCH_MATCHES_PER_BLOCK").pipe(Config.withDefault(20)),
+  kafkaBrokers: Config.string("KAFKA_BROKERS").pipe(Config.withDefault("")),
+  databaseUrl: Config.option(Config.string("DATABASE_URL"))
+})
+
+/** Block `i` (height `i + 1`): its first transfers pay distinct watches, the rest miss. */
+const makeBlocks = (s: Settings): ReadonlyArray<BlockRecord> => {
+  const now = Math.floor(Date.now() / 1000)
+  return Array.from({ length: s.blocks }, (_, i): BlockRecord => ({
+    type: "block",
+    version: 1,
+    chain: "ethereum",
+    number: BigInt(i + 1),
+    hash: hash(i + 1),
+    parentHash: hash(i),
+    timestamp: now,
+    part: 0,
+    parts: 1,
+    transfers: Array.from({ length: transfersPerBlock }, (_, j) => {
+      const k = (i * s.matchesPerBlock + j) % s.watches
+      const hit = j < s.matchesPerBlock
+      return {
+        txHash: `0x${randomBytes(32).toString("hex")}`,
+        // Misses: half to watched addresses with an amount no watch has, half elsewhere.
+        to: hit || j % 2 === 0 ? watchedAddress(k) : `0x${randomBytes(20).toString("hex")}`,
+        value: hit ? watchedAmount(k) : 10n ** 17n + BigInt(j),
+        index: j
+      }
+    })
+  }))
+}
+
+/** Configuration for a fresh database: a new one on the server, or a PGlite directory. */
+const freshDatabase = (s: Settings) =>
+  Option.match(s.databaseUrl, {
+    onNone: () =>
+      Effect.acquireRelease(
+        Effect.sync(() => mkdtempSync(path.join(tmpdir(), "confirmd-bench-matcher-"))),
+        (dir) => Effect.sync(() => rmSync(dir, { recursive: true, force: true }))
+      ).pipe(Effect.map((dir) => ({ DATA_DIR: dir }) as Record<string, string>)),
+    onSome: (serverUrl) => {
+      const admin = <A>(f: (sql: PgClient.PgClient) => Effect.Effect<A, unknown>) =>
+        Effect.scoped(Effect.flatMap(PgClient.make({ url: Redacted.make(serverUrl), maxConnections: 1 }), f)).pipe(
+          Effect.provide(Reactivity.layer),
+          Effect.orDie
+        )
+      return Effect.acquireRelease(
+        Effect.gen(function*() {
+          const name = `confirmd_bench_${randomBytes(6).toString("hex")}`
+          yield* admin((sql) => sql`CREATE DATABASE ${sql(name)}`)
+          const url = new URL(serverUrl)
+          url.pathname = `/${name}`
+          return { name, url: url.toString() }
+        }),
+        ({ name }) => admin((sql) => sql`DROP DATABASE IF EXISTS ${sql(name)} WITH (FORCE)`)
+      ).pipe(Effect.map(({ url }) => ({ DATABASE_URL: url }) as Record<string, string>))
+    }
+  })
+
+/** One account and `count` PENDING ethereum payments, each with its open watch. */
+const insertWatches = (count: number) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const account = "00000000-0000-4000-8000-000000000001"
+    yield* sql`INSERT INTO accounts (id, api_key_hash) VALUES (${account}, 'bench')`
+    yield* sql`
+      INSERT INTO subscriptions (account_id, plan, status, period_start, period_end)
+      VALUES (${account}, 'scale', 'active', now(), now() + interval '30 days')`
+    yield* sql`
+      INSERT INTO payments (id, account_id, chain, address, amount_smallest, usd_amount, callback_url, status,
+                            start_block, expires_at)
+      SELECT gen_random_uuid(), ${account}, 'ethereum', '0x' || lpad(to_hex(k % ${addressCount}), 40, '0'),
+             1000000 + k, 10, 'https://93.184.216.34/hook', 'PENDING', 0, now() + interval '1 day'
+      FROM generate_series(0, ${count - 1}) AS k`
+    yield* sql`
+      INSERT INTO watches (id, kind, chain, address, amount_smallest, start_block, expires_at)
+      SELECT id, 'payment', chain, address, amount_smallest, start_block, expires_at FROM payments`
+    yield* sql`ANALYZE`
+  })
+
+const measure = (mode: Mode, s: Settings, blocks: ReadonlyArray<BlockRecord>) =>
+  Effect.gen(function*() {
+    const database = yield* freshDatabase(s)
+    const suffix = randomBytes(4).toString("hex")
+    const config = Layer.setConfigProvider(ConfigProvider.fromMap(new Map(Object.entries({
+      ...database,
+      CHAINS: "ethereum",
+      MATCHER_GROUP_ID: `bench-matcher-${suffix}`,
+      KAFKA_TOPIC_PREFIX: `bench-matcher-${suffix}`,
+      ...(mode === "kafka" ? { KAFKA_BROKERS: s.kafkaBrokers } : {})
+    }))))
+    const base = yield* Layer.build(
+      Layer.mergeAll(DatabaseLive, mode === "kafka" ? KafkaLive : EmbeddedLive).pipe(Layer.provide(config))
+    )
+    yield* insertWatches(s.watches).pipe(Effect.provide(base))
+    const last = blocks[blocks.length - 1]!.number
+    let started: number
+    if (mode === "direct") {
+      const matcher = yield* Matcher.pipe(Effect.provide(Matcher.Default.pipe(Layer.provide(Layer.succeedContext(base)), Layer.provide(config))))
+      started = performance.now()
+      for (const block of blocks) yield* matcher.apply(block)
+    } else {
+      const eventLog = Context.get(base, EventLog)
+      yield* eventLog.publish(outgoing(eventLog, blocks))
+      started = performance.now()
+      const context = yield* Layer.build(MatcherLive.pipe(Layer.provide(Layer.succeedContext(base)), Layer.provide(config)))
+      yield* Context.get(context, Matcher).changes.pipe(
+        Stream.takeUntil((statuses) => statuses.get("ethereum")?.cursor?.number === last),
+        Stream.runDrain
+      )
+    }
+    const seconds = (performance.now() - started) / 1000
+    const [counts] = yield* Effect.flatMap(SqlClient.SqlClient, (sql) =>
+      sql<{ paid: string; detected: string; deliveries: string }>`
+        SELECT (SELECT count(*) FROM payments WHERE status = 'PAID')::text AS paid,
+               (SELECT count(*) FROM detections)::text AS detected,
+               (SELECT count(*) FROM webhook_deliveries)::text AS deliveries`).pipe(Effect.provide(base))
+    const transfers = blocks.length * transfersPerBlock
+    yield* Effect.sync(() =>
+      console.log(
+        `matcher ${mode.padEnd(8)}: ${blocks.length} blocks, ${transfers} transfers in ${seconds.toFixed(2)} s = ` +
+          `${(blocks.length / seconds).toFixed(1)} blocks/s, ${Math.round(transfers / seconds)} transfers/s ` +
+          `(${counts!.detected} detections, ${counts!.paid} PAID, ${counts!.deliveries} webhook rows; ` +
+          `${((seconds * 1000) / blocks.length).toFixed(1)} ms per block)`
+      )
+    )
+  }).pipe(Effect.scoped)
+
+export const run = Effect.gen(function*() {
+  const s = yield* settings
+  const blocks = makeBlocks(s)
+  yield* Effect.sync(() =>
+    console.log(
+      `matcher bench: ${s.watches} open watches, ${transfersPerBlock} transfers per block, ` +
+        `${s.matchesPerBlock} matching; database ${Option.isSome(s.databaseUrl) ? "PostgreSQL (DATABASE_URL)" : "embedded PGlite"}`
+    )
+  )
+  yield* measure("direct", s, blocks)
+  yield* measure("embedded", s, blocks)
+  if (s.kafkaBrokers.trim() !== "") {
+    yield* measure("kafka", s, blocks)
+  } else {
+    yield* Effect.sync(() => console.log("matcher kafka   : skipped (KAFKA_BROKERS unset)"))
+  }
+}).pipe(Effect.provide(Logger.minimumLogLevel(LogLevel.Error)))
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  Effect.runPromise(run).catch((error: unknown) => {
+    console.error(error)
+    process.exitCode = 1
+  })
+}

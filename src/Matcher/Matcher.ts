@@ -1,0 +1,542 @@
+/**
+ * Applies the messages of the blocks topics to the database, each in ONE transaction:
+ * transfers matched to open watches, detections recorded, confirmations recounted from the
+ * block's height, states moved, webhook deliveries and confirmation events written to the
+ * outboxes, and the per-chain cursor stored. Set-based: one matching statement per block,
+ * whatever its number of transfers.
+ *
+ * Idempotent, because every message is delivered at least once:
+ * - a block at or below the cursor height was applied already and is skipped;
+ * - a reorg record identical to the last one applied is skipped (`last_reorg`);
+ * - state moves are guarded by the current state, outbox rows collide on their event id.
+ *
+ * Decisions (SPEC.md leaves them open):
+ * - Expiry is judged by the block's timestamp, not by the time the matcher runs: a transfer
+ *   mined before `expires_at` matches even when the matcher processes it later (a lagging
+ *   consumer, a restart), one mined at or after it does not. The outcome is the same on every
+ *   replay. A transaction whose earlier detection was orphaned still matches after expiry
+ *   when it is mined again (the payer paid in time; the chain moved it).
+ * - A CONFIRMED signup intent or challenge whose block is orphaned stays CONFIRMED: the
+ *   activation and the callback cannot be taken back safely (the key may already be in use,
+ *   the receiver may have acted). The detection is marked orphaned and a warning is logged.
+ * - A PAID payment whose block is orphaned stays PAID; a `payment.reorged` event is written
+ *   and counted. A detected, not yet PAID payment loses its transaction (0 confirmations) and
+ *   its watch stays open, so the re-mined transfer pays it.
+ */
+import { SqlClient } from "@effect/sql"
+import type { SqlError } from "@effect/sql/SqlError"
+import { Clock, DateTime, Effect, SubscriptionRef } from "effect"
+import { type ChainName, chainOfDonationChain, chains, type DonationChainName } from "../Domain/Chain.ts"
+import { formatSmallest } from "../Domain/Money.ts"
+import type { BlockMessage, BlockRecord, BlockRef, ReorgRecord } from "../Ingest/BlockMessage.ts"
+import {
+  challengeDelivery,
+  confirmationRecord,
+  type DeliveryRow,
+  type OutboxRow,
+  outboxRow,
+  paymentDelivery
+} from "../Webhooks/Payloads.ts"
+import { ConfirmationsRequired, confirmedUpTo } from "./Confirmations.ts"
+
+/** What applying one message did. */
+export interface ApplyOutcome {
+  readonly chain: ChainName
+  readonly type: "block" | "reorg"
+  /** The block's height, or the reorg's first orphaned height. */
+  readonly number: bigint
+  /** False when the message had been applied already (a redelivery). */
+  readonly applied: boolean
+  /** The cursor after applying; null when skipped. */
+  readonly cursor: Cursor | null
+  readonly transfers: number
+  readonly detections: number
+  readonly paymentsPaid: number
+  readonly intentsConfirmed: number
+  readonly challengesConfirmed: number
+  /** Detections moved out of the canonical chain by a reorg. */
+  readonly orphaned: number
+  /** PAID payments whose transaction was orphaned (each gets a `payment.reorged` event). */
+  readonly paymentsReorged: number
+}
+
+export type MatcherState = "starting" | "running" | "backing-off"
+
+/** The newest block applied (after a reorg: the common ancestor, hash null if unknown). */
+export interface Cursor {
+  readonly number: bigint
+  readonly hash: string | null
+}
+
+/** In-memory figures per chain for operators (/metrics): totals since start. */
+export interface MatcherStatus {
+  readonly chain: ChainName
+  readonly state: MatcherState
+  readonly cursor: Cursor | null
+  readonly blocks: number
+  /** Redelivered messages recognised and skipped. */
+  readonly skipped: number
+  readonly transfers: number
+  readonly detections: number
+  readonly paymentsPaid: number
+  readonly intentsConfirmed: number
+  readonly challengesConfirmed: number
+  readonly reorgs: number
+  readonly paymentsReorged: number
+  /** Consumer failures that made it back off and subscribe again. */
+  readonly failures: number
+  readonly lastError: string | null
+  readonly updatedAt: DateTime.Utc
+}
+
+const initialStatus = (chain: ChainName, now: DateTime.Utc): MatcherStatus => ({
+  chain,
+  state: "starting",
+  cursor: null,
+  blocks: 0,
+  skipped: 0,
+  transfers: 0,
+  detections: 0,
+  paymentsPaid: 0,
+  intentsConfirmed: 0,
+  challengesConfirmed: 0,
+  reorgs: 0,
+  paymentsReorged: 0,
+  failures: 0,
+  lastError: null,
+  updatedAt: now
+})
+
+/** Identifies a reorg record, to recognise its redelivery. */
+export const reorgKey = (record: ReorgRecord): string =>
+  `${record.fromNumber}:${record.orphaned.at(-1)?.hash ?? "-"}:${record.commonAncestor?.hash ?? "-"}`
+
+interface CursorRow {
+  readonly number: string
+  readonly hash: string | null
+  readonly last_reorg: string | null
+}
+
+interface MatchedCommon {
+  readonly id: string
+  readonly address: string
+  readonly amount_smallest: string
+  readonly usd_amount: string
+  readonly tx_hash: string
+}
+
+/** One detection of a block; intents and challenges carry their donation-side chain name. */
+type MatchedRow =
+  | MatchedCommon & { readonly kind: "payment"; readonly chain: ChainName }
+  | MatchedCommon & { readonly kind: "intent"; readonly chain: DonationChainName; readonly account_id: string }
+  | MatchedCommon & {
+    readonly kind: "challenge"
+    readonly chain: DonationChainName
+    readonly callback_url: string | null
+  }
+
+interface PaidRow {
+  readonly id: string
+  readonly account_id: string
+  readonly chain: ChainName
+  readonly address: string
+  readonly amount_smallest: string
+  readonly usd_amount: string
+  readonly callback_url: string
+  readonly tx_hash: string
+  readonly block_number: string
+  readonly block_hash: string
+  readonly confirmations: number
+}
+
+interface OrphanedCommon {
+  readonly id: string
+  readonly tx_hash: string
+  readonly block_number: string
+  readonly block_hash: string
+}
+
+type OrphanedRow =
+  | OrphanedCommon & { readonly kind: "payment"; readonly account_id: string; readonly payment_status: string }
+  | OrphanedCommon & { readonly kind: "intent" | "challenge" }
+
+const skipped = (chain: ChainName, type: "block" | "reorg", number: bigint, transfers: number): ApplyOutcome => ({
+  chain,
+  type,
+  number,
+  applied: false,
+  cursor: null,
+  transfers,
+  detections: 0,
+  paymentsPaid: 0,
+  intentsConfirmed: 0,
+  challengesConfirmed: 0,
+  orphaned: 0,
+  paymentsReorged: 0
+})
+
+export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const required = yield* ConfirmationsRequired
+    const statusRef = yield* SubscriptionRef.make<ReadonlyMap<ChainName, MatcherStatus>>(new Map())
+
+    /** Creates the chain's cursor on first use and locks it for the transaction. */
+    const lockCursor = (chain: ChainName) =>
+      sql<CursorRow>`
+        INSERT INTO matcher_cursors (chain, number, hash) VALUES (${chain}, -1, NULL)
+        ON CONFLICT (chain) DO UPDATE SET chain = EXCLUDED.chain
+        RETURNING number::text AS number, hash, last_reorg`.pipe(Effect.map((rows) => rows[0]!))
+
+    /**
+     * Recounts the confirmations of the chain's detected, not yet PAID payments with `head` as
+     * the chain head, moves those at the threshold to PAID (closing their watch), stores the
+     * cursor; returns the payments that became PAID.
+     */
+    const recount = (chain: ChainName, head: bigint, hash: string | null, blockTime: number | null) =>
+      sql<PaidRow>`
+        WITH counted AS (
+          UPDATE payments SET
+            confirmations = (${head.toString()}::bigint - block_number + 1)::int,
+            status = CASE WHEN block_number <= ${confirmedUpTo(head, required).toString()}::bigint THEN 'PAID' ELSE 'PENDING' END,
+            paid_at = CASE WHEN block_number <= ${confirmedUpTo(head, required).toString()}::bigint THEN now() END
+          WHERE chain = ${chain} AND status = 'PENDING' AND tx_hash IS NOT NULL
+            AND block_number <= ${head.toString()}::bigint
+          RETURNING id, account_id, chain, address, amount_smallest::text AS amount_smallest,
+                    usd_amount::text AS usd_amount, callback_url, tx_hash, block_number::text AS block_number,
+                    block_hash, confirmations, status
+        ),
+        closed AS (
+          UPDATE watches SET open = false FROM counted
+          WHERE counted.status = 'PAID' AND watches.id = counted.id
+        ),
+        moved AS (
+          UPDATE matcher_cursors SET number = ${head.toString()}::bigint, hash = ${hash},
+            block_time = to_timestamp(${blockTime}::double precision), updated_at = clock_timestamp()
+          WHERE chain = ${chain}
+        )
+        SELECT id, account_id, chain, address, amount_smallest, usd_amount, callback_url, tx_hash,
+               block_number, block_hash, confirmations
+        FROM counted WHERE status = 'PAID'`
+
+    /** Both outboxes in one statement; an event id already present is left as it is. */
+    const writeOutboxes = (deliveries: ReadonlyArray<DeliveryRow>, events: ReadonlyArray<OutboxRow>) =>
+      deliveries.length === 0 && events.length === 0 ? Effect.void : sql`
+        WITH delivered AS (
+          INSERT INTO webhook_deliveries (id, url, payload)
+          SELECT * FROM unnest(${deliveries.map((row) => row.id)}::text[], ${deliveries.map((row) => row.url)}::text[],
+                               ${deliveries.map((row) => JSON.stringify(row.payload))}::jsonb[])
+          ON CONFLICT (id) DO NOTHING
+        )
+        INSERT INTO outbox_events (id, key, type, payload)
+        SELECT * FROM unnest(${events.map((row) => row.id)}::text[], ${events.map((row) => row.key)}::text[],
+                             ${events.map((row) => row.type)}::text[], ${events.map((row) => JSON.stringify(row.payload))}::jsonb[])
+        ON CONFLICT (id) DO NOTHING`.pipe(Effect.asVoid)
+
+    const paidEvents = (rows: ReadonlyArray<PaidRow>, occurredAt: Date) => {
+      const deliveries: Array<DeliveryRow> = []
+      const events: Array<OutboxRow> = []
+      for (const row of rows) {
+        const amount = BigInt(row.amount_smallest)
+        const blockNumber = BigInt(row.block_number)
+        deliveries.push(paymentDelivery(row.callback_url, {
+          paymentId: row.id,
+          userId: row.account_id,
+          chain: row.chain,
+          address: row.address,
+          txHash: row.tx_hash,
+          blockNumber,
+          confirmations: row.confirmations,
+          expectedAmountWei: amount
+        }))
+        events.push(outboxRow(confirmationRecord.paymentPaid({
+          paymentId: row.id,
+          userId: row.account_id,
+          chain: row.chain,
+          address: row.address,
+          txHash: row.tx_hash,
+          blockNumber,
+          blockHash: row.block_hash,
+          confirmations: row.confirmations,
+          amountSmallest: amount,
+          amountNative: formatSmallest(amount, chains[row.chain].decimals),
+          usdAmount: row.usd_amount
+        }, occurredAt)))
+      }
+      return { deliveries, events }
+    }
+
+    const applyBlockInTransaction = (block: BlockRecord) =>
+      Effect.gen(function*() {
+        const cursor = yield* lockCursor(block.chain)
+        const cursorNumber = BigInt(cursor.number)
+        if (block.number <= cursorNumber) {
+          if (block.number === cursorNumber && cursor.hash !== null && cursor.hash !== block.hash) {
+            yield* Effect.logWarning("block at the cursor height with another hash and no reorg record; skipped")
+              .pipe(Effect.annotateLogs({ cursorHash: cursor.hash, blockHash: block.hash }))
+          }
+          return skipped(block.chain, "block", block.number, block.transfers.length)
+        }
+        if (block.number === cursorNumber + 1n && cursor.hash !== null && cursor.hash !== block.parentHash) {
+          yield* Effect.logWarning("block does not extend the applied chain and no reorg record came first")
+            .pipe(Effect.annotateLogs({ cursorHash: cursor.hash, parentHash: block.parentHash }))
+        }
+        const number = block.number.toString()
+        const matched = block.transfers.length === 0 ? [] : yield* sql<MatchedRow>`
+          WITH t AS (
+            SELECT * FROM unnest(
+              ${block.transfers.map((t) => t.txHash)}::text[],
+              ${block.transfers.map((t) => t.to)}::text[],
+              ${block.transfers.map((t) => t.value.toString())}::numeric[],
+              ${block.transfers.map((t) => t.index)}::int[]
+            ) AS t (tx_hash, address, amount, idx)
+          ),
+          m AS (
+            SELECT DISTINCT ON (w.id) w.id, w.kind, t.tx_hash
+            FROM t JOIN watches w
+              ON w.open AND w.chain = ${block.chain} AND w.address = t.address AND w.amount_smallest = t.amount
+            WHERE COALESCE(w.start_block, -1) < ${number}::bigint
+              AND (w.expires_at > to_timestamp(${block.timestamp}::double precision)
+                   OR EXISTS (SELECT 1 FROM detections d WHERE d.watch_id = w.id AND d.tx_hash = t.tx_hash))
+            ORDER BY w.id, t.idx
+          ),
+          p AS (
+            UPDATE payments SET tx_hash = m.tx_hash, block_number = ${number}::bigint, block_hash = ${block.hash},
+              confirmations = 0
+            FROM m
+            WHERE m.kind = 'payment' AND payments.id = m.id AND payments.status = 'PENDING' AND payments.tx_hash IS NULL
+            RETURNING payments.id, payments.chain, payments.address, payments.amount_smallest, payments.usd_amount,
+                      payments.tx_hash
+          ),
+          i AS (
+            UPDATE signup_intents SET status = 'CONFIRMED', tx_hash = m.tx_hash, confirmed_at = now()
+            FROM m
+            WHERE m.kind = 'intent' AND signup_intents.id = m.id AND signup_intents.status = 'PENDING'
+            RETURNING signup_intents.id, signup_intents.account_id, signup_intents.chain, signup_intents.address,
+                      signup_intents.amount_smallest, signup_intents.usd_amount, signup_intents.tx_hash
+          ),
+          c AS (
+            UPDATE challenges SET status = 'CONFIRMED', tx_hash = m.tx_hash, confirmed_at = now()
+            FROM m
+            WHERE m.kind = 'challenge' AND challenges.id = m.id AND challenges.status = 'PENDING'
+            RETURNING challenges.id, challenges.chain, challenges.address, challenges.amount_smallest,
+                      challenges.usd_amount, challenges.callback_url, challenges.tx_hash
+          ),
+          activated AS (
+            UPDATE subscriptions SET status = 'active', updated_at = now()
+            FROM i WHERE subscriptions.account_id = i.account_id AND subscriptions.status = 'pending'
+          ),
+          closed AS (
+            UPDATE watches SET open = false WHERE id IN (SELECT id FROM i UNION ALL SELECT id FROM c)
+          ),
+          recorded AS (
+            INSERT INTO detections (watch_id, kind, chain, tx_hash, block_number, block_hash)
+            SELECT id, 'payment', ${block.chain}, tx_hash, ${number}::bigint, ${block.hash} FROM p
+            UNION ALL SELECT id, 'intent', ${block.chain}, tx_hash, ${number}::bigint, ${block.hash} FROM i
+            UNION ALL SELECT id, 'challenge', ${block.chain}, tx_hash, ${number}::bigint, ${block.hash} FROM c
+            ON CONFLICT DO NOTHING
+          )
+          SELECT 'payment' AS kind, id, NULL::uuid AS account_id, chain, address, amount_smallest::text AS amount_smallest,
+                 usd_amount::text AS usd_amount, NULL AS callback_url, tx_hash FROM p
+          UNION ALL
+          SELECT 'intent', id, account_id, chain, address, amount_smallest::text, usd_amount::text, NULL, tx_hash FROM i
+          UNION ALL
+          SELECT 'challenge', id, NULL, chain, address, amount_smallest::text, usd_amount::text, callback_url, tx_hash
+          FROM c`
+        const paid = yield* recount(block.chain, block.number, block.hash, block.timestamp)
+
+        const occurredAt = new Date(yield* Clock.currentTimeMillis)
+        const { deliveries, events } = paidEvents(paid, occurredAt)
+        let intents = 0
+        let challenges = 0
+        for (const row of matched) {
+          if (row.kind === "payment") continue
+          const chain = row.chain
+          const amount = BigInt(row.amount_smallest)
+          const common = {
+            chain,
+            address: row.address,
+            txHash: row.tx_hash,
+            blockNumber: block.number,
+            blockHash: block.hash,
+            amountSmallest: amount,
+            amountNative: formatSmallest(amount, chains[chainOfDonationChain(chain)].decimals),
+            usdAmount: row.usd_amount
+          }
+          if (row.kind === "intent") {
+            intents++
+            events.push(outboxRow(confirmationRecord.intentConfirmed(
+              { ...common, intentId: row.id, userId: row.account_id },
+              occurredAt
+            )))
+          } else {
+            challenges++
+            events.push(outboxRow(confirmationRecord.challengeConfirmed({ ...common, challengeId: row.id }, occurredAt)))
+            if (row.callback_url !== null) {
+              deliveries.push(challengeDelivery(row.callback_url, {
+                challengeId: row.id,
+                chain,
+                address: row.address,
+                txHash: row.tx_hash,
+                expectedAmount: amount,
+                amountNative: common.amountNative,
+                usdAmount: row.usd_amount
+              }))
+            }
+          }
+        }
+        yield* writeOutboxes(deliveries, events)
+        return {
+          chain: block.chain,
+          type: "block",
+          number: block.number,
+          applied: true,
+          cursor: { number: block.number, hash: block.hash },
+          transfers: block.transfers.length,
+          detections: matched.length,
+          paymentsPaid: paid.length,
+          intentsConfirmed: intents,
+          challengesConfirmed: challenges,
+          orphaned: 0,
+          paymentsReorged: 0
+        } satisfies ApplyOutcome
+      })
+
+    const applyReorgInTransaction = (record: ReorgRecord) =>
+      Effect.gen(function*() {
+        const cursor = yield* lockCursor(record.chain)
+        const key = reorgKey(record)
+        // Nothing applied at or above the fork (or this very record was applied already and
+        // the new canonical blocks may have followed): nothing to undo.
+        if (BigInt(cursor.number) < record.fromNumber || cursor.last_reorg === key) {
+          return skipped(record.chain, "reorg", record.fromNumber, 0)
+        }
+        const from = record.fromNumber.toString()
+        const orphaned = yield* sql<OrphanedRow>`
+          WITH orphan AS (
+            UPDATE detections SET orphaned_at = clock_timestamp()
+            WHERE chain = ${record.chain} AND orphaned_at IS NULL AND block_number >= ${from}::bigint
+            RETURNING watch_id, kind, tx_hash, block_number, block_hash
+          ),
+          reset AS (
+            UPDATE payments SET tx_hash = NULL, block_number = NULL, block_hash = NULL, confirmations = 0
+            FROM orphan
+            WHERE orphan.kind = 'payment' AND payments.id = orphan.watch_id AND payments.status = 'PENDING'
+              AND payments.block_hash = orphan.block_hash
+          ),
+          marked AS (
+            UPDATE matcher_cursors SET last_reorg = ${key} WHERE chain = ${record.chain}
+          )
+          SELECT o.kind, o.watch_id AS id, o.tx_hash, o.block_number::text AS block_number, o.block_hash,
+                 p.account_id, p.status AS payment_status
+          FROM orphan o LEFT JOIN payments p ON o.kind = 'payment' AND p.id = o.watch_id`
+        const ancestor: BlockRef | null = record.commonAncestor
+        yield* recount(record.chain, record.fromNumber - 1n, ancestor?.hash ?? null, null)
+
+        const occurredAt = new Date(yield* Clock.currentTimeMillis)
+        const events: Array<OutboxRow> = []
+        for (const row of orphaned) {
+          if (row.kind === "payment" && row.payment_status === "PAID") {
+            events.push(outboxRow(confirmationRecord.paymentReorged({
+              paymentId: row.id,
+              userId: row.account_id,
+              chain: record.chain,
+              txHash: row.tx_hash,
+              orphanedBlockNumber: BigInt(row.block_number),
+              orphanedBlockHash: row.block_hash
+            }, occurredAt)))
+          } else if (row.kind !== "payment") {
+            yield* Effect.logWarning(`confirmed ${row.kind}'s transaction was orphaned; it stays CONFIRMED`).pipe(
+              Effect.annotateLogs({ id: row.id, txHash: row.tx_hash, block: row.block_number })
+            )
+          }
+        }
+        yield* writeOutboxes([], events)
+        if (events.length > 0) {
+          yield* Effect.logWarning(`${events.length} PAID payment(s) reorged out; they stay PAID`)
+        }
+        return {
+          chain: record.chain,
+          type: "reorg",
+          number: record.fromNumber,
+          applied: true,
+          cursor: { number: record.fromNumber - 1n, hash: ancestor?.hash ?? null },
+          transfers: 0,
+          detections: 0,
+          paymentsPaid: 0,
+          intentsConfirmed: 0,
+          challengesConfirmed: 0,
+          orphaned: orphaned.length,
+          paymentsReorged: events.length
+        } satisfies ApplyOutcome
+      })
+
+    const applyOne = (message: BlockMessage) =>
+      (message.type === "block" ? applyBlockInTransaction(message) : applyReorgInTransaction(message)).pipe(
+        Effect.annotateLogs({
+          chain: message.chain,
+          block: (message.type === "block" ? message.number : message.fromNumber).toString()
+        })
+      )
+
+    /**
+     * Applies consecutive whole messages (joined blocks, reorg records) in order, all in ONE
+     * transaction: each message is applied completely by its own statements, exactly as
+     * alone, and the batch commits (or fails) as a whole. Batching only saves the commit's
+     * flush per message when a backlog is waiting.
+     */
+    const applyAll = (messages: ReadonlyArray<BlockMessage>): Effect.Effect<ReadonlyArray<ApplyOutcome>, SqlError> =>
+      Effect.forEach(messages, applyOne).pipe(sql.withTransaction)
+
+    /** Applies one whole message in its own transaction. */
+    const apply = (message: BlockMessage): Effect.Effect<ApplyOutcome, SqlError> =>
+      Effect.map(applyAll([message]), (outcomes) => outcomes[0]!)
+
+    const update = (chain: ChainName, f: (status: MatcherStatus) => Omit<MatcherStatus, "updatedAt">) =>
+      Effect.flatMap(DateTime.now, (now) =>
+        SubscriptionRef.update(statusRef, (statuses) =>
+          new Map(statuses).set(chain, { ...f(statuses.get(chain) ?? initialStatus(chain, now)), updatedAt: now })))
+
+    /** Adds an outcome to the chain's figures. */
+    const record = (outcome: ApplyOutcome) =>
+      update(outcome.chain, (s) => ({
+        ...s,
+        state: "running",
+        cursor: outcome.cursor ?? s.cursor,
+        blocks: s.blocks + (outcome.applied && outcome.type === "block" ? 1 : 0),
+        skipped: s.skipped + (outcome.applied ? 0 : 1),
+        transfers: s.transfers + (outcome.applied ? outcome.transfers : 0),
+        detections: s.detections + outcome.detections,
+        paymentsPaid: s.paymentsPaid + outcome.paymentsPaid,
+        intentsConfirmed: s.intentsConfirmed + outcome.intentsConfirmed,
+        challengesConfirmed: s.challengesConfirmed + outcome.challengesConfirmed,
+        reorgs: s.reorgs + (outcome.applied && outcome.type === "reorg" ? 1 : 0),
+        paymentsReorged: s.paymentsReorged + outcome.paymentsReorged
+      }))
+
+    /** Marks the chains as backing off after a consumer failure. */
+    const recordFailure = (chainsAffected: ReadonlyArray<ChainName>, error: string) =>
+      Effect.forEach(chainsAffected, (chain) =>
+        update(chain, (s) => ({ ...s, state: "backing-off", failures: s.failures + 1, lastError: error })), {
+        discard: true
+      })
+
+    /** Marks the chains as running when the consumer (re)subscribes. */
+    const recordStarted = (chainsStarted: ReadonlyArray<ChainName>) =>
+      Effect.forEach(chainsStarted, (chain) => update(chain, (s) => ({ ...s, state: "running" })), { discard: true })
+
+    return {
+      /** The payment threshold in use (`CONFIRMATIONS_REQUIRED`). */
+      confirmationsRequired: required,
+      apply,
+      applyAll,
+      record,
+      recordFailure,
+      recordStarted,
+      /** Current figures per chain. */
+      statuses: SubscriptionRef.get(statusRef),
+      /** Current figures, then every change. */
+      changes: statusRef.changes
+    } as const
+  })
+}) {}
