@@ -30,7 +30,7 @@ import { Matcher } from "../src/Matcher/Matcher.ts"
 
 type Mode = "direct" | "embedded" | "kafka"
 
-const transfersPerBlock = 200
+export const transfersPerBlock = 200
 /** Watches are spread over this many merchant addresses. */
 const addressCount = 1_000
 
@@ -54,36 +54,40 @@ const settings = Config.all({
   databaseUrl: Config.option(Config.string("DATABASE_URL"))
 })
 
-/** Block `i` (height `i + 1`): its first transfers pay distinct watches, the rest miss. */
+/**
+ * An ethereum block of 200 transfers at `height` (parent `height - 1`): one paying each watch
+ * of `hits` exactly (watch `k` is `watchedAddress(k)`, `watchedAmount(k)`), the rest missing,
+ * half to watched addresses with an amount no watch has, half elsewhere.
+ */
+export const makeBlock = (height: number, hits: ReadonlyArray<number>, timestamp: number): BlockRecord => ({
+  type: "block",
+  version: 1,
+  chain: "ethereum",
+  number: BigInt(height),
+  hash: hash(height),
+  parentHash: hash(height - 1),
+  timestamp,
+  part: 0,
+  parts: 1,
+  transfers: Array.from({ length: transfersPerBlock }, (_, j) => {
+    const k = hits[j]
+    const txHash = `0x${randomBytes(32).toString("hex")}`
+    if (k !== undefined) return { txHash, to: watchedAddress(k), value: watchedAmount(k), index: j }
+    const to = j % 2 === 0 ? watchedAddress(height * transfersPerBlock + j) : `0x${randomBytes(20).toString("hex")}`
+    return { txHash, to, value: 10n ** 17n + BigInt(j), index: j }
+  })
+})
+
+/** Block `i` (height `i + 1`) pays `matchesPerBlock` distinct watches, the next ones in turn. */
 const makeBlocks = (s: Settings): ReadonlyArray<BlockRecord> => {
   const now = Math.floor(Date.now() / 1000)
-  return Array.from({ length: s.blocks }, (_, i): BlockRecord => ({
-    type: "block",
-    version: 1,
-    chain: "ethereum",
-    number: BigInt(i + 1),
-    hash: hash(i + 1),
-    parentHash: hash(i),
-    timestamp: now,
-    part: 0,
-    parts: 1,
-    transfers: Array.from({ length: transfersPerBlock }, (_, j) => {
-      const k = (i * s.matchesPerBlock + j) % s.watches
-      const hit = j < s.matchesPerBlock
-      return {
-        txHash: `0x${randomBytes(32).toString("hex")}`,
-        // Misses: half to watched addresses with an amount no watch has, half elsewhere.
-        to: hit || j % 2 === 0 ? watchedAddress(k) : `0x${randomBytes(20).toString("hex")}`,
-        value: hit ? watchedAmount(k) : 10n ** 17n + BigInt(j),
-        index: j
-      }
-    })
-  }))
+  return Array.from({ length: s.blocks }, (_, i) =>
+    makeBlock(i + 1, Array.from({ length: s.matchesPerBlock }, (_, j) => (i * s.matchesPerBlock + j) % s.watches), now))
 }
 
-/** Configuration for a fresh database: a new one on the server, or a PGlite directory. */
-const freshDatabase = (s: Settings) =>
-  Option.match(s.databaseUrl, {
+/** Configuration for a fresh database: a new one on the server (dropped with the scope), or a PGlite directory. */
+export const freshDatabase = (databaseUrl: Option.Option<string>) =>
+  Option.match(databaseUrl, {
     onNone: () =>
       Effect.acquireRelease(
         Effect.sync(() => mkdtempSync(path.join(tmpdir(), "confirmd-bench-matcher-"))),
@@ -108,8 +112,11 @@ const freshDatabase = (s: Settings) =>
     }
   })
 
-/** One account and `count` PENDING ethereum payments, each with its open watch. */
-const insertWatches = (count: number) =>
+/**
+ * One account and `count` PENDING ethereum payments `k = 0 .. count - 1`, each with its open
+ * watch (`watchedAddress(k)`, `watchedAmount(k)`) and the callback URL `<callbackBase>/<k>`.
+ */
+export const insertWatches = (count: number, callbackBase = "https://93.184.216.34/hook") =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const account = "00000000-0000-4000-8000-000000000001"
@@ -121,7 +128,7 @@ const insertWatches = (count: number) =>
       INSERT INTO payments (id, account_id, chain, address, amount_smallest, usd_amount, callback_url, status,
                             start_block, expires_at)
       SELECT gen_random_uuid(), ${account}, 'ethereum', '0x' || lpad(to_hex(k % ${addressCount}), 40, '0'),
-             1000000 + k, 10, 'https://93.184.216.34/hook', 'PENDING', 0, now() + interval '1 day'
+             1000000 + k, 10, ${callbackBase}::text || '/' || k::text, 'PENDING', 0, now() + interval '1 day'
       FROM generate_series(0, ${count - 1}) AS k`
     yield* sql`
       INSERT INTO watches (id, kind, chain, address, amount_smallest, start_block, expires_at)
@@ -131,7 +138,7 @@ const insertWatches = (count: number) =>
 
 const measure = (mode: Mode, s: Settings, blocks: ReadonlyArray<BlockRecord>) =>
   Effect.gen(function*() {
-    const database = yield* freshDatabase(s)
+    const database = yield* freshDatabase(s.databaseUrl)
     const suffix = randomBytes(4).toString("hex")
     const config = Layer.setConfigProvider(ConfigProvider.fromMap(new Map(Object.entries({
       ...database,
@@ -175,7 +182,11 @@ const measure = (mode: Mode, s: Settings, blocks: ReadonlyArray<BlockRecord>) =>
           `${((seconds * 1000) / blocks.length).toFixed(1)} ms per block)`
       )
     )
+    return transfers / seconds
   }).pipe(Effect.scoped)
+
+/** Transfers per second by mode (Kafka only when `KAFKA_BROKERS` is set). */
+export type MatcherFigures = Partial<Record<Mode, number>>
 
 export const run = Effect.gen(function*() {
   const s = yield* settings
@@ -186,13 +197,15 @@ export const run = Effect.gen(function*() {
         `${s.matchesPerBlock} matching; database ${Option.isSome(s.databaseUrl) ? "PostgreSQL (DATABASE_URL)" : "embedded PGlite"}`
     )
   )
-  yield* measure("direct", s, blocks)
-  yield* measure("embedded", s, blocks)
-  if (s.kafkaBrokers.trim() !== "") {
-    yield* measure("kafka", s, blocks)
-  } else {
-    yield* Effect.sync(() => console.log("matcher kafka   : skipped (KAFKA_BROKERS unset)"))
+  const figures: MatcherFigures = {
+    direct: yield* measure("direct", s, blocks),
+    embedded: yield* measure("embedded", s, blocks)
   }
+  if (s.kafkaBrokers.trim() === "") {
+    yield* Effect.sync(() => console.log("matcher kafka   : skipped (KAFKA_BROKERS unset)"))
+    return figures
+  }
+  return { ...figures, kafka: yield* measure("kafka", s, blocks) }
 }).pipe(Effect.provide(Logger.minimumLogLevel(LogLevel.Error)))
 
 if (import.meta.url === `file://${process.argv[1]}`) {

@@ -24,17 +24,18 @@ import { WebhookDispatcherLive } from "./Webhooks/WebhookDispatcher.ts"
 /** Marks the monitor as running once every background fiber it depends on has started. */
 const MonitorRunningLive = Layer.effectDiscard(Effect.flatMap(MonitorState, (monitor) => monitor.markRunning))
 
-/** Confirmations leave through the webhook dispatcher and the outbox relay. */
-const DeliveryLive = Layer.mergeAll(WebhookDispatcherLive, OutboxRelayLive)
-
 /**
- * The monitor: expiry, ingestion, matching and delivery. The matcher stays visible to the
- * HTTP layer, whose /metrics and /ops/status report its figures.
+ * The monitor: expiry, ingestion, matching and delivery. Confirmations leave through the
+ * webhook dispatcher and the outbox relay, which the matcher wakes after each commit. The
+ * matcher stays visible to the HTTP layer, whose /metrics and /ops/status report it.
  */
-const BackgroundLive = MonitorRunningLive.pipe(
-  Layer.provideMerge(MatcherLive),
-  Layer.provide(Layer.mergeAll(ExpirySweeperLive, IngestersLive, DeliveryLive))
+const MonitorLive = Layer.mergeAll(
+  ExpirySweeperLive,
+  IngestersLive,
+  MatcherLive.pipe(Layer.provideMerge(Layer.mergeAll(WebhookDispatcherLive, OutboxRelayLive)))
 )
+
+const BackgroundLive = MonitorRunningLive.pipe(Layer.provideMerge(MonitorLive))
 
 const ServicesLive = Layer.mergeAll(Payments.Default, Signup.Default, Challenges.Default).pipe(
   Layer.provideMerge(Layer.mergeAll(Accounts.Default, Addresses.Default, Watches.Default, DonationAddresses.Default)),

@@ -16,10 +16,12 @@
  * committed offsets, so the failed messages are applied again. Nothing is skipped: a message
  * that cannot be applied holds the matcher back (loudly) rather than being lost.
  */
-import { Cause, Chunk, Config, Duration, Effect, GroupBy, Layer, Ref, Sink, Stream } from "effect"
+import { Cause, Chunk, Config, Duration, Effect, GroupBy, Layer, Option, Ref, Sink, Stream } from "effect"
 import { enabledChainsConfig } from "../Chains/ChainClients.ts"
 import { EventLog } from "../EventLog/EventLog.ts"
 import { assembleBlocks, type BlockEvent, blocksTopic } from "../Ingest/BlockMessage.ts"
+import { OutboxRelay } from "../Webhooks/OutboxRelay.ts"
+import { WebhookDispatcher } from "../Webhooks/WebhookDispatcher.ts"
 import { Matcher } from "./Matcher.ts"
 
 /** `MATCHER_GROUP_ID` (default `confirmd-matcher`): the consumer group of the blocks topics. */
@@ -50,6 +52,14 @@ export const makeMatcherLoop = Effect.gen(function*() {
   const batchBlocks = yield* MatcherBatchBlocks
   const topics = chains.map((chain) => blocksTopic(eventLog, chain))
   const failures = yield* Ref.make(0)
+  // Where they run in this process, the dispatcher and the relay hear of new rows at once
+  // rather than on their next poll.
+  const dispatcher = yield* Effect.serviceOption(WebhookDispatcher)
+  const relay = yield* Effect.serviceOption(OutboxRelay)
+  const wakeDelivery = Effect.zipRight(
+    Option.match(dispatcher, { onNone: () => Effect.void, onSome: (d) => d.wake }),
+    Option.match(relay, { onNone: () => Effect.void, onSome: (r) => r.wake })
+  )
 
   const heightOf = (event: BlockEvent) =>
     (event.message.type === "block" ? event.message.number : event.message.fromNumber).toString()
@@ -60,6 +70,7 @@ export const makeMatcherLoop = Effect.gen(function*() {
     const last = Chunk.lastNonEmpty(events)
     return matcher.applyAll(Chunk.toReadonlyArray(Chunk.map(events, (event) => event.message))).pipe(
       // The transaction has committed: only now may the offset move past the messages.
+      Effect.zipLeft(wakeDelivery),
       Effect.zipLeft(last.source.commit),
       Effect.tap((outcomes) => Effect.zipRight(Ref.set(failures, 0), Effect.forEach(outcomes, matcher.record))),
       Effect.tapErrorCause((cause) => Effect.logWarning("applying block messages failed", cause)),

@@ -16,8 +16,10 @@ import { makeApp } from "../../src/main.ts"
 import { freshDatabase } from "./Database.ts"
 import { PriceServer, type PriceServerHandle } from "./PriceServer.ts"
 
-/** A parsed JSON document, indexable the way a test reads it. */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
+/**
+ * A parsed JSON response body. Tests read it the way a client would, field by field, and
+ * assert on the values; a checked type here would only restate the assertions.
+ */
 export type Json = any
 
 export interface ApiResponse {

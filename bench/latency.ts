@@ -1,0 +1,195 @@
+/**
+ * Webhook latency: the time from a block message being published to the blocks topic (it
+ * reaches the matcher from there) to its payment callbacks arriving at a local HTTP receiver,
+ * through the production pipeline: `MatcherLive`, `WebhookDispatcherLive` and
+ * `OutboxRelayLive`, on a fresh database on the PostgreSQL server of `DATABASE_URL` (default
+ * postgres://postgres@127.0.0.1:5432/postgres), with the embedded EventLog and with Kafka
+ * when `KAFKA_BROKERS` is set.
+ *
+ * `BENCH_WATCHES` (default 100,000) open payment watches are the background load. After one
+ * warm-up block (the consumer has joined, the callback connection is open),
+ * `BENCH_LATENCY_BLOCKS` (default 300) blocks of 200 transfers are published one at a time,
+ * every `BENCH_LATENCY_INTERVAL_MS` (default 20 ms: 50 blocks/s, 10,000 transfers/s), block
+ * `i` paying `1 + i % 5` watches. `CONFIRMATIONS_REQUIRED=1`, so a payment is PAID (and its
+ * callback written) in the block that pays it. Other settings (`WEBHOOK_POLL_INTERVAL_MS`,
+ * `WEBHOOK_CONCURRENCY`, `MATCHER_BATCH_BLOCKS`, ...) come from the environment, else their
+ * defaults.
+ *
+ * Each callback's latency is its arrival minus its block's publish time, split into publish →
+ * matcher committed (the matcher's cursor passed the block) and committed → arrival.
+ *
+ *   npx tsx bench/latency.ts      (or `run` from bench/index.ts)
+ */
+import { Clock, Config, ConfigProvider, Context, Duration, Effect, Layer, Logger, LogLevel, Option, Stream } from "effect"
+import { randomBytes } from "node:crypto"
+import { DatabaseLive } from "../src/Database/Database.ts"
+import { EmbeddedLive } from "../src/EventLog/Embedded.ts"
+import { EventLog } from "../src/EventLog/EventLog.ts"
+import { KafkaLive } from "../src/EventLog/Kafka.ts"
+import { type BlockRecord, outgoing } from "../src/Ingest/BlockMessage.ts"
+import { MatcherLive } from "../src/Matcher/Consumer.ts"
+import { Matcher } from "../src/Matcher/Matcher.ts"
+import { OutboxRelayLive } from "../src/Webhooks/OutboxRelay.ts"
+import { dispatcherSettingsConfig, WebhookDispatcherLive } from "../src/Webhooks/WebhookDispatcher.ts"
+import { WebhookReceiver } from "../test/support/WebhookReceiver.ts"
+import { freshDatabase, insertWatches, makeBlock, transfersPerBlock } from "./matcher.ts"
+
+type LogKind = "embedded" | "kafka"
+
+const settings = Config.all({
+  watches: Config.integer("BENCH_WATCHES").pipe(Config.withDefault(100_000)),
+  blocks: Config.integer("BENCH_LATENCY_BLOCKS").pipe(Config.withDefault(300)),
+  intervalMs: Config.integer("BENCH_LATENCY_INTERVAL_MS").pipe(Config.withDefault(20)),
+  kafkaBrokers: Config.string("KAFKA_BROKERS").pipe(Config.withDefault("")),
+  databaseUrl: Config.string("DATABASE_URL").pipe(Config.withDefault("postgres://postgres@127.0.0.1:5432/postgres"))
+})
+
+type Settings = Config.Config.Success<typeof settings>
+
+/** Milliseconds at the `p`-th percentile (nearest rank) of ascending `sorted`. */
+const percentile = (sorted: ReadonlyArray<number>, p: number) =>
+  sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))] ?? Number.NaN
+
+interface Spread {
+  readonly p50: number
+  readonly p99: number
+  readonly max: number
+}
+
+const spread = (values: ReadonlyArray<number>): Spread => {
+  const sorted = [...values].sort((a, b) => a - b)
+  return { p50: percentile(sorted, 50), p99: percentile(sorted, 99), max: sorted[sorted.length - 1] ?? Number.NaN }
+}
+
+export interface LatencyFigures extends Spread {
+  readonly layer: LogKind
+  /** Callbacks measured. */
+  readonly count: number
+}
+
+const callbackPrefix = "/hook/"
+
+const measure = (layer: LogKind, s: Settings) =>
+  Effect.gen(function*() {
+    // Watch 0 is paid by the warm-up block (height 1); block `i` (height `i + 2`) pays the next `1 + i % 5`.
+    const hitsOf = Array.from({ length: s.blocks }, (_, i) => 1 + (i % 5))
+    const paid = hitsOf.reduce((sum, n) => sum + n, 1)
+    if (paid > s.watches) return yield* Effect.dieMessage(`BENCH_WATCHES must be at least ${paid}`)
+    const now = Math.floor(Date.now() / 1000)
+    /** The block index (-1: warm-up) of each paid watch. */
+    const blockOfWatch: Array<number> = [-1]
+    const blocks = hitsOf.map((hits, i) => {
+      const first = blockOfWatch.length
+      for (let n = 0; n < hits; n++) blockOfWatch.push(i)
+      return makeBlock(i + 2, Array.from({ length: hits }, (_, n) => first + n), now)
+    })
+
+    const database = yield* freshDatabase(Option.some(s.databaseUrl))
+    const receiver = yield* WebhookReceiver.make()
+    const suffix = randomBytes(4).toString("hex")
+    const config = Layer.setConfigProvider(
+      ConfigProvider.fromMap(new Map(Object.entries({
+        ...database,
+        CHAINS: "ethereum",
+        CONFIRMATIONS_REQUIRED: "1",
+        CALLBACK_ALLOW_PRIVATE_NETWORKS: "true",
+        MATCHER_GROUP_ID: `bench-latency-${suffix}`,
+        KAFKA_TOPIC_PREFIX: `bench-latency-${suffix}`,
+        KAFKA_BROKERS: s.kafkaBrokers
+      }))).pipe(ConfigProvider.orElse(() => ConfigProvider.fromEnv()))
+    )
+    const base = yield* Layer.build(
+      Layer.mergeAll(DatabaseLive, layer === "kafka" ? KafkaLive : EmbeddedLive).pipe(Layer.provide(config))
+    )
+    yield* insertWatches(s.watches, receiver.urlFor(callbackPrefix.slice(0, -1))).pipe(Effect.provide(base))
+    const eventLog = Context.get(base, EventLog)
+    const publish = (block: BlockRecord) => Effect.orDie(eventLog.publish(outgoing(eventLog, [block])))
+
+    const context = yield* Layer.build(
+      Layer.mergeAll(MatcherLive, WebhookDispatcherLive, OutboxRelayLive).pipe(
+        Layer.provide(Layer.succeedContext(base)),
+        Layer.provide(config)
+      )
+    )
+    /** When the matcher's cursor first reached each height. */
+    const committedAt = new Map<number, number>()
+    yield* Context.get(context, Matcher).changes.pipe(
+      Stream.runForEach((statuses) =>
+        Effect.map(Clock.currentTimeMillis, (at) => {
+          const cursor = Number(statuses.get("ethereum")?.cursor?.number ?? 0n)
+          for (let height = cursor; height > 0 && !committedAt.has(height); height--) committedAt.set(height, at)
+        })
+      ),
+      Effect.forkScoped
+    )
+
+    yield* publish(makeBlock(1, [0], now))
+    yield* receiver.waitFor(1, 120)
+
+    const publishedAt: Array<number> = []
+    const start = (yield* Clock.currentTimeMillis) + s.intervalMs
+    yield* Effect.forEach(blocks, (block, i) =>
+      Effect.gen(function*() {
+        // Due times from one start, so a late publish does not push the later ones back.
+        const wait = start + i * s.intervalMs - (yield* Clock.currentTimeMillis)
+        if (wait > 0) yield* Effect.sleep(Duration.millis(wait))
+        publishedAt[i] = yield* Clock.currentTimeMillis
+        yield* publish(block)
+      }), { discard: true })
+    const requests = yield* receiver.waitFor(paid, 120)
+
+    const total: Array<number> = []
+    const toCommit: Array<number> = []
+    const toArrival: Array<number> = []
+    const seen = new Set<number>()
+    for (const request of requests) {
+      const watch = Number(request.path.slice(callbackPrefix.length))
+      const i = blockOfWatch[watch] ?? -1
+      // Callbacks may repeat; the first arrival counts.
+      if (i < 0 || seen.has(watch)) continue
+      seen.add(watch)
+      const published = publishedAt[i]!
+      const committed = committedAt.get(i + 2) ?? Number.NaN
+      total.push(request.at - published)
+      toCommit.push(committed - published)
+      toArrival.push(request.at - committed)
+    }
+    const figures: LatencyFigures = { layer, count: total.length, ...spread(total) }
+    const commit = spread(toCommit)
+    const arrival = spread(toArrival)
+    const pace = (publishedAt[publishedAt.length - 1]! - publishedAt[0]!) / Math.max(1, publishedAt.length - 1)
+    yield* Effect.sync(() =>
+      console.log(
+        `latency ${layer.padEnd(8)}: ${figures.count} callbacks from ${s.blocks} blocks published every ` +
+          `${pace.toFixed(1)} ms: p50 ${figures.p50} ms, p99 ${figures.p99} ms, max ${figures.max} ms\n` +
+          `  publish → matcher committed: p50 ${commit.p50} ms, p99 ${commit.p99} ms, max ${commit.max} ms\n` +
+          `  committed → callback arrived: p50 ${arrival.p50} ms, p99 ${arrival.p99} ms, max ${arrival.max} ms`
+      )
+    )
+    return figures
+  }).pipe(Effect.scoped)
+
+export const run = Effect.gen(function*() {
+  const s = yield* settings
+  const { pollInterval } = yield* dispatcherSettingsConfig
+  yield* Effect.sync(() =>
+    console.log(
+      `latency bench: ${s.watches} open watches, blocks of ${transfersPerBlock} transfers each paying 1-5 of them, ` +
+        `published one at a time every ${s.intervalMs} ms; CONFIRMATIONS_REQUIRED=1 (PAID in the paying block), ` +
+        `CALLBACK_ALLOW_PRIVATE_NETWORKS=true, WEBHOOK_POLL_INTERVAL_MS=${Duration.toMillis(pollInterval)}; PostgreSQL (fresh database)`
+    )
+  )
+  const embedded = yield* measure("embedded", s)
+  if (s.kafkaBrokers.trim() === "") {
+    yield* Effect.sync(() => console.log("latency kafka   : skipped (KAFKA_BROKERS unset)"))
+    return [embedded]
+  }
+  return [embedded, yield* measure("kafka", s)]
+}).pipe(Effect.provide(Logger.minimumLogLevel(LogLevel.Error)))
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  Effect.runPromise(run).catch((error: unknown) => {
+    console.error(error)
+    process.exitCode = 1
+  })
+}
