@@ -46,6 +46,8 @@ export interface KafkaSettings extends EventLogSettings {
   readonly maxRequestBytes: number
   /** `max.message.bytes` of the topics this client creates: room for big bitcoin blocks. */
   readonly maxMessageBytes: number
+  /** How long a consumer that died silently keeps its partitions before the group moves them. */
+  readonly sessionTimeoutMs: number
 }
 
 export const kafkaSettingsConfig: Config.Config<KafkaSettings> = Config.all({
@@ -57,11 +59,16 @@ export const kafkaSettingsConfig: Config.Config<KafkaSettings> = Config.all({
   replicationFactor: Config.integer("KAFKA_REPLICATION_FACTOR").pipe(
     Config.validate({ message: "must be at least 1", validation: (n) => n >= 1 }),
     Config.withDefault(1)
+  ),
+  sessionTimeoutMs: Config.integer("KAFKA_SESSION_TIMEOUT_MS").pipe(
+    Config.validate({ message: "must be between 6000 and 300000 (the broker's limits)", validation: (n) => n >= 6_000 && n <= 300_000 }),
+    Config.withDefault(10_000)
   )
-}).pipe(Config.map(({ brokers, replicationFactor, settings }) => ({
+}).pipe(Config.map(({ brokers, replicationFactor, sessionTimeoutMs, settings }) => ({
   ...settings,
   brokers,
   replicationFactor,
+  sessionTimeoutMs,
   clientId: "confirmd",
   maxRequestBytes: 512 * 1024,
   maxMessageBytes: 8 * 1024 * 1024
@@ -247,6 +254,11 @@ export const makeKafka = (
         const consumer = kafka.consumer({
           groupId: options.groupId,
           allowAutoTopicCreation: false,
+          // A killed replica's partitions move to a live one after about this long: the group
+          // waits out the dead member's session, and a rebalance no longer than twice that.
+          sessionTimeout: settings.sessionTimeoutMs,
+          rebalanceTimeout: settings.sessionTimeoutMs * 2,
+          heartbeatInterval: Math.floor(settings.sessionTimeoutMs / 5),
           // Bounds how long closing the stream waits for an idle long-poll fetch.
           maxWaitTimeInMs: 1_000,
           // Restarts belong to the caller's supervisor: a crash ends the stream instead.

@@ -21,22 +21,26 @@ describe("embedded defaults", () => {
       const port = yield* freePort
       const base = `http://127.0.0.1:${port}`
       const env = { ...prices.env, PORT: String(port), CHAINS: "ethereum", RPC_URL_ETHEREUM: anvilUrl() }
+      const serve = startService(env, { cwd })
 
       const paymentId = yield* Effect.scoped(Effect.gen(function*() {
-        yield* startService(cwd, env)
+        yield* serve
         yield* eventually(call(base, "GET", "/health"), (r) => r.status === 200, 60)
-        const signup = yield* call(base, "POST", "/signup", { method: "subscribe", plan: "growth" })
+        const signup = yield* call(base, "POST", "/signup", { json: { method: "subscribe", plan: "growth" } })
         const key = signup.body.api_key as string
-        yield* call(base, "POST", "/addresses", { chain: "ethereum", addresses: ["0x1111111111111111111111111111111111111111"] }, key)
-        const payment = yield* call(base, "POST", "/payments", { usd_amount: "25", chain: "ethereum", callback_url: "https://93.184.216.34/hook" }, key)
+        yield* call(base, "POST", "/addresses", { key, json: { chain: "ethereum", addresses: ["0x1111111111111111111111111111111111111111"] } })
+        const payment = yield* call(base, "POST", "/payments", {
+          key,
+          json: { usd_amount: "25", chain: "ethereum", callback_url: "https://93.184.216.34/hook" }
+        })
         expect(payment.status).toBe(200)
         return { id: payment.body.payment_id as string, key, amount: payment.body.amount_native as string }
       }))
 
       yield* Effect.scoped(Effect.gen(function*() {
-        yield* startService(cwd, env)
+        yield* serve
         yield* eventually(call(base, "GET", "/health"), (r) => r.status === 200, 60)
-        const status = yield* call(base, "GET", `/payments/${paymentId.id}`, undefined, paymentId.key)
+        const status = yield* call(base, "GET", `/payments/${paymentId.id}`, { key: paymentId.key })
         expect(status.status).toBe(200)
         expect(status.body).toMatchObject({ status: "PENDING", amount_native: paymentId.amount })
       }))

@@ -28,12 +28,15 @@ describe("crash and restart", () => {
       yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(cwd, { recursive: true, force: true })))
       const port = yield* freePort
       const base = `http://127.0.0.1:${port}`
+      const prefix = `restart-${randomBytes(4).toString("hex")}`
       const env = {
         ...prices.env,
         PORT: String(port),
         DATABASE_URL: database.url,
         KAFKA_BROKERS: process.env.KAFKA_BROKERS ?? "127.0.0.1:9092",
-        KAFKA_TOPIC_PREFIX: `restart-${randomBytes(4).toString("hex")}`,
+        KAFKA_TOPIC_PREFIX: prefix,
+        // A group of its own: another test's dead member in a shared group would stall it.
+        MATCHER_GROUP_ID: `confirmd-matcher-${prefix}`,
         CHAINS: "ethereum",
         RPC_URL_ETHEREUM: anvilUrl(),
         POLL_INTERVAL_MS: "100",
@@ -41,25 +44,29 @@ describe("crash and restart", () => {
       }
       const ready = eventually(call(base, "GET", "/health"), (r) => r.status === 200, 60)
 
-      const first = yield* startService(cwd, env)
+      const first = yield* startService(env, { cwd })
       yield* ready
-      const key = (yield* call(base, "POST", "/signup", { method: "subscribe", plan: "growth" })).body.api_key as string
-      yield* call(base, "POST", "/addresses", { chain: "ethereum", addresses: [SHOP] }, key)
-      const payment = (yield* call(base, "POST", "/payments", { usd_amount: "15", chain: "ethereum", callback_url: receiver.url }, key)).body
+      const key = (yield* call(base, "POST", "/signup", { json: { method: "subscribe", plan: "growth" } })).body.api_key as string
+      yield* call(base, "POST", "/addresses", { key, json: { chain: "ethereum", addresses: [SHOP] } })
+      const payment = (yield* call(base, "POST", "/payments", {
+        key,
+        json: { usd_amount: "15", chain: "ethereum", callback_url: receiver.url }
+      })).body
       const txHash = yield* anvil.send(SHOP, BigInt(payment.amount_wei))
       const detected = yield* eventually(
-        call(base, "GET", `/payments/${payment.payment_id}`, undefined, key),
+        call(base, "GET", `/payments/${payment.payment_id}`, { key }),
         (r) => r.body?.confirmations === 1
       )
       expect(detected.body).toMatchObject({ status: "PENDING", tx_hash: txHash })
 
-      expect(yield* first.kill("SIGKILL")).toBe("SIGKILL")
+      expect(yield* first.kill("SIGKILL")).toBeNull()
+      expect(first.child.signalCode).toBe("SIGKILL")
       yield* anvil.mine(3)
 
-      yield* startService(cwd, env)
+      yield* startService(env, { cwd })
       yield* ready
       const paid = yield* eventually(
-        call(base, "GET", `/payments/${payment.payment_id}`, undefined, key),
+        call(base, "GET", `/payments/${payment.payment_id}`, { key }),
         (r) => r.body?.status === "PAID",
         60
       )

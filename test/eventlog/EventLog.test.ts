@@ -34,7 +34,8 @@ const KafkaTest = Layer.scoped(
         replicationFactor: 1,
         clientId: "confirmd-test",
         maxRequestBytes: 512 * 1024,
-        maxMessageBytes: 8 * 1024 * 1024
+        maxMessageBytes: 8 * 1024 * 1024,
+        sessionTimeoutMs: 10_000
       })
   })
 ).pipe(Layer.orDie)

@@ -13,7 +13,7 @@ import { KafkaLive } from "../../src/EventLog/Kafka.ts"
 import { MatcherLive } from "../../src/Matcher/Consumer.ts"
 import { rpc, spawnAnvil, until } from "../ingest/harness.ts"
 import { makeTestApp, subscribe, type TestApp } from "../support/TestApp.ts"
-import { freePort, sample } from "./service.ts"
+import { freePort, sample } from "../support/Service.ts"
 
 const TOKEN = "ops-secret-token"
 
@@ -22,9 +22,12 @@ describe("operations endpoints", () => {
     Effect.gen(function*() {
       const anvil = yield* spawnAnvil(yield* freePort)
       const prefix = `test-ops-${randomBytes(4).toString("hex")}`
+      const group = `confirmd-matcher-${prefix}`
       const overrides = {
         KAFKA_BROKERS: process.env.KAFKA_BROKERS ?? "127.0.0.1:9092",
         KAFKA_TOPIC_PREFIX: prefix,
+        // A group of its own: another test's dead member in a shared group would stall it.
+        MATCHER_GROUP_ID: group,
         CHAINS: "ethereum",
         RPC_URL_ETHEREUM: anvil.url,
         START_BLOCK_ETHEREUM: "0",
@@ -50,7 +53,7 @@ describe("operations endpoints", () => {
         expect(r.headers.get("content-type")).toContain("text/plain")
         return r.text
       })
-      const lagOf = (text: string) => sample(text, "confirmd_consumer_group_lag", { group: "confirmd-matcher", topic, partition: "0" })
+      const lagOf = (text: string) => sample(text, "confirmd_consumer_group_lag", { group, topic, partition: "0" })
       const status = Effect.map(app.request("GET", "/ops/status", { headers: { authorization: `Bearer ${TOKEN}` } }), (r) => {
         expect(r.status).toBe(200)
         return r.body
@@ -120,7 +123,7 @@ describe("operations endpoints", () => {
       expect(sample(behind, "confirmd_matcher_cursor_block", { chain: "ethereum" })).toBe(heldAt)
       const behindStatus = yield* status
       expect(BigInt(behindStatus.consumer_lag[0].lag)).toBeGreaterThanOrEqual(5n)
-      expect(behindStatus.consumer_lag[0]).toMatchObject({ group: "confirmd-matcher", topic, partition: 0 })
+      expect(behindStatus.consumer_lag[0]).toMatchObject({ group, topic, partition: 0 })
 
       // Let it go on: the lag falls back to zero and the matcher reaches the ingester.
       yield* Deferred.succeed(release, undefined)

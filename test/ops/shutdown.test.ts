@@ -13,7 +13,7 @@ import { rpc, spawnAnvil, until } from "../ingest/harness.ts"
 import { freshDatabase } from "../support/Database.ts"
 import { PriceServer } from "../support/PriceServer.ts"
 import type { Json } from "../support/TestApp.ts"
-import { call, freePort, startService } from "./service.ts"
+import { call, freePort, startService } from "../support/Service.ts"
 
 const payer = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
 const merchantAddress = "0x3333333333333333333333333333333333333333"
@@ -53,11 +53,14 @@ describe("graceful shutdown", () => {
       const anvil = yield* spawnAnvil(yield* freePort)
       const prices = yield* PriceServer.make
       const hooks = yield* webhookReceiver
+      const prefix = `test-ops-${randomBytes(4).toString("hex")}`
       const env = {
         ...prices.env,
         DATABASE_URL: database.url,
         KAFKA_BROKERS: process.env.KAFKA_BROKERS ?? "127.0.0.1:9092",
-        KAFKA_TOPIC_PREFIX: `test-ops-${randomBytes(4).toString("hex")}`,
+        KAFKA_TOPIC_PREFIX: prefix,
+        // A group of its own: another test's dead member in a shared group would stall it.
+        MATCHER_GROUP_ID: `confirmd-matcher-${prefix}`,
         CHAINS: "ethereum",
         RPC_URL_ETHEREUM: anvil.url,
         START_BLOCK_ETHEREUM: "0",

@@ -11,7 +11,7 @@ import { KafkaLive } from "../../src/EventLog/Kafka.ts"
 import { blocksOf, canonical, collect, spawnAnvil, until } from "../ingest/harness.ts"
 import { freshDatabase } from "../support/Database.ts"
 import type { Json } from "../support/TestApp.ts"
-import { call, freePort, type Service, startService } from "./service.ts"
+import { call, freePort, type Service, startService } from "../support/Service.ts"
 
 const TAKEOVER_SECONDS = 15
 

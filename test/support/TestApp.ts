@@ -140,7 +140,7 @@ const temporaryDataDir = Effect.acquireRelease(
 )
 
 /** Re-runs `effect` until `done` holds for its result, polling every 100 ms, for at most `seconds`. */
-export const eventually = <A, E, R>(effect: Effect.Effect<A, E, R>, done: (a: A) => boolean, seconds = 20) =>
+export const eventually = <A, E, R>(effect: Effect.Effect<A, E, R>, done: (a: A) => boolean, seconds = 45) =>
   effect.pipe(
     Effect.filterOrFail(done, () => new Error("condition not met yet")),
     Effect.retry(Schedule.spaced(Duration.millis(100))),
