@@ -22,7 +22,7 @@ import { EventLog } from "../EventLog/EventLog.ts"
 import { assembleBlocks, type BlockEvent, blocksTopic } from "../Ingest/BlockMessage.ts"
 import { OutboxRelay } from "../Webhooks/OutboxRelay.ts"
 import { WebhookDispatcher } from "../Webhooks/WebhookDispatcher.ts"
-import { Matcher } from "./Matcher.ts"
+import { type ApplyOutcome, Matcher } from "./Matcher.ts"
 
 /** `MATCHER_GROUP_ID` (default `confirmd-matcher`): the consumer group of the blocks topics. */
 export const MatcherGroupId = Config.string("MATCHER_GROUP_ID").pipe(Config.withDefault("confirmd-matcher"))
@@ -39,6 +39,18 @@ const maxRetry = Duration.seconds(30)
 /** Delay before subscribing again after `failures` consecutive failures (0-based): 0.5 s doubling, capped at 30 s. */
 export const retryDelay = (failures: number): Duration.Duration =>
   Duration.min(Duration.times(firstRetry, 2 ** Math.min(failures, 16)), maxRetry)
+
+/** One line per committed state change, carrying the id of what changed. */
+const logChanges = (outcome: ApplyOutcome) =>
+  Effect.forEach(outcome.changes, (change) =>
+    Effect.logInfo(`${change.kind} ${change.change}`).pipe(
+      Effect.annotateLogs({
+        [`${change.kind}Id`]: change.id,
+        txHash: change.txHash,
+        chain: outcome.chain,
+        block: outcome.number.toString()
+      })
+    ), { discard: true })
 
 /**
  * Reads the configuration and returns the consumer loop, which runs until interrupted
@@ -73,6 +85,7 @@ export const makeMatcherLoop = Effect.gen(function*() {
       Effect.zipLeft(wakeDelivery),
       Effect.zipLeft(last.source.commit),
       Effect.tap((outcomes) => Effect.zipRight(Ref.set(failures, 0), Effect.forEach(outcomes, matcher.record))),
+      Effect.tap((outcomes) => Effect.forEach(outcomes, logChanges, { discard: true })),
       Effect.tapErrorCause((cause) => Effect.logWarning("applying block messages failed", cause)),
       Effect.annotateLogs({
         chain: first.message.chain,

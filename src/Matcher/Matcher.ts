@@ -58,6 +58,15 @@ export interface ApplyOutcome {
   readonly orphaned: number
   /** PAID payments whose transaction was orphaned (each gets a `payment.reorged` event). */
   readonly paymentsReorged: number
+  /** Every state change, to be logged once the transaction has committed. */
+  readonly changes: ReadonlyArray<StateChange>
+}
+
+export interface StateChange {
+  readonly kind: "payment" | "intent" | "challenge"
+  readonly id: string
+  readonly change: "detected" | "paid" | "confirmed" | "detection orphaned"
+  readonly txHash: string
 }
 
 export type MatcherState = "starting" | "running" | "backing-off"
@@ -172,7 +181,8 @@ const skipped = (chain: ChainName, type: "block" | "reorg", number: bigint, tran
   intentsConfirmed: 0,
   challengesConfirmed: 0,
   orphaned: 0,
-  paymentsReorged: 0
+  paymentsReorged: 0,
+  changes: []
 })
 
 export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
@@ -398,7 +408,16 @@ export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
           intentsConfirmed: intents,
           challengesConfirmed: challenges,
           orphaned: 0,
-          paymentsReorged: 0
+          paymentsReorged: 0,
+          changes: [
+            ...matched.map((row): StateChange => ({
+              kind: row.kind,
+              id: row.id,
+              change: row.kind === "payment" ? "detected" : "confirmed",
+              txHash: row.tx_hash
+            })),
+            ...paid.map((row): StateChange => ({ kind: "payment", id: row.id, change: "paid", txHash: row.tx_hash }))
+          ]
         } satisfies ApplyOutcome
       })
 
@@ -467,7 +486,13 @@ export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
           intentsConfirmed: 0,
           challengesConfirmed: 0,
           orphaned: orphaned.length,
-          paymentsReorged: events.length
+          paymentsReorged: events.length,
+          changes: orphaned.map((row): StateChange => ({
+            kind: row.kind,
+            id: row.id,
+            change: "detection orphaned",
+            txHash: row.tx_hash
+          }))
         } satisfies ApplyOutcome
       })
 

@@ -94,6 +94,9 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
           }
           return { address, amount }
         }).pipe(sql.withTransaction, Effect.catchTag("SqlError", Effect.die))
+        yield* Effect.logInfo("payment created").pipe(
+          Effect.annotateLogs({ paymentId: id, chain, address, amountSmallest: amount.toString() })
+        )
         return new CreatePaymentOut({
           payment_id: id,
           chain,
