@@ -68,7 +68,7 @@ const benches = Effect.gen(function*() {
   if (throughput.kafka === undefined) yield* Console.log("matcher throughput, kafka   : not measured")
   for (const figures of latencies) {
     yield* Console.log(
-      `callback latency,   ${figures.layer.padEnd(8)}: p99 ${String(figures.p99).padStart(5)} ms, p50 ${figures.p50} ms, ` +
+      `callback latency,   ${figures.layer.padEnd(8)} (a block every ${figures.intervalMs} ms): p99 ${String(figures.p99).padStart(5)} ms, p50 ${figures.p50} ms, ` +
         `max ${figures.max} ms over ${figures.count} callbacks (target p99 < ${targetP99Ms} ms: ${verdict(figures.p99 < targetP99Ms)})`
     )
   }

@@ -1,15 +1,17 @@
 /**
  * Webhook latency: the time from a block message being published to the blocks topic (it
  * reaches the matcher from there) to its payment callbacks arriving at a local HTTP receiver,
- * through the production pipeline: `MatcherLive`, `WebhookDispatcherLive` and
- * `OutboxRelayLive`, on a fresh database on the PostgreSQL server of `DATABASE_URL` (default
- * postgres://postgres@127.0.0.1:5432/postgres), with the embedded EventLog and with Kafka
+ * through the production pipeline (`ConfirmationsLive`: the matcher, which wakes the webhook
+ * dispatcher and the outbox relay after each commit), on a fresh database on the PostgreSQL
+ * server of `DATABASE_URL` (default postgres://postgres@127.0.0.1:5432/postgres), with the
+ * embedded EventLog and with Kafka
  * when `KAFKA_BROKERS` is set.
  *
  * `BENCH_WATCHES` (default 100,000) open payment watches are the background load. After one
  * warm-up block (the consumer has joined, the callback connection is open),
  * `BENCH_LATENCY_BLOCKS` (default 300) blocks of 200 transfers are published one at a time,
- * every `BENCH_LATENCY_INTERVAL_MS` (default 20 ms: 50 blocks/s, 10,000 transfers/s), block
+ * at each pace of `BENCH_LATENCY_INTERVALS_MS` (default 250 ms, a fast live chain, and 20 ms:
+ * 50 blocks/s, the 10,000 transfers/s of the throughput target), block
  * `i` paying `1 + i % 5` watches. `CONFIRMATIONS_REQUIRED=1`, so a payment is PAID (and its
  * callback written) in the block that pays it. Other settings (`WEBHOOK_POLL_INTERVAL_MS`,
  * `WEBHOOK_CONCURRENCY`, `MATCHER_BATCH_BLOCKS`, ...) come from the environment, else their
@@ -27,10 +29,9 @@ import { EmbeddedLive } from "../src/EventLog/Embedded.ts"
 import { EventLog } from "../src/EventLog/EventLog.ts"
 import { KafkaLive } from "../src/EventLog/Kafka.ts"
 import { type BlockRecord, outgoing } from "../src/Ingest/BlockMessage.ts"
-import { MatcherLive } from "../src/Matcher/Consumer.ts"
+import { ConfirmationsLive } from "../src/Matcher/Consumer.ts"
 import { Matcher } from "../src/Matcher/Matcher.ts"
-import { OutboxRelayLive } from "../src/Webhooks/OutboxRelay.ts"
-import { dispatcherSettingsConfig, WebhookDispatcherLive } from "../src/Webhooks/WebhookDispatcher.ts"
+import { dispatcherSettingsConfig } from "../src/Webhooks/WebhookDispatcher.ts"
 import { WebhookReceiver } from "../test/support/WebhookReceiver.ts"
 import { freshDatabase, insertWatches, makeBlock, transfersPerBlock } from "./matcher.ts"
 
@@ -39,12 +40,13 @@ type LogKind = "embedded" | "kafka"
 const settings = Config.all({
   watches: Config.integer("BENCH_WATCHES").pipe(Config.withDefault(100_000)),
   blocks: Config.integer("BENCH_LATENCY_BLOCKS").pipe(Config.withDefault(300)),
-  intervalMs: Config.integer("BENCH_LATENCY_INTERVAL_MS").pipe(Config.withDefault(20)),
+  /** Each pace is measured: a fast live chain's (4 blocks/s), then the throughput target's. */
+  intervalsMs: Config.array(Config.integer(), "BENCH_LATENCY_INTERVALS_MS").pipe(Config.withDefault([250, 20])),
   kafkaBrokers: Config.string("KAFKA_BROKERS").pipe(Config.withDefault("")),
   databaseUrl: Config.string("DATABASE_URL").pipe(Config.withDefault("postgres://postgres@127.0.0.1:5432/postgres"))
 })
 
-type Settings = Config.Config.Success<typeof settings>
+type Settings = Omit<Config.Config.Success<typeof settings>, "intervalsMs"> & { readonly intervalMs: number }
 
 /** Milliseconds at the `p`-th percentile (nearest rank) of ascending `sorted`. */
 const percentile = (sorted: ReadonlyArray<number>, p: number) =>
@@ -63,6 +65,8 @@ const spread = (values: ReadonlyArray<number>): Spread => {
 
 export interface LatencyFigures extends Spread {
   readonly layer: LogKind
+  /** Milliseconds between two published blocks. */
+  readonly intervalMs: number
   /** Callbacks measured. */
   readonly count: number
 }
@@ -106,7 +110,7 @@ const measure = (layer: LogKind, s: Settings) =>
     const publish = (block: BlockRecord) => Effect.orDie(eventLog.publish(outgoing(eventLog, [block])))
 
     const context = yield* Layer.build(
-      Layer.mergeAll(MatcherLive, WebhookDispatcherLive, OutboxRelayLive).pipe(
+      ConfirmationsLive.pipe(
         Layer.provide(Layer.succeedContext(base)),
         Layer.provide(config)
       )
@@ -154,7 +158,7 @@ const measure = (layer: LogKind, s: Settings) =>
       toCommit.push(committed - published)
       toArrival.push(request.at - committed)
     }
-    const figures: LatencyFigures = { layer, count: total.length, ...spread(total) }
+    const figures: LatencyFigures = { layer, intervalMs: s.intervalMs, count: total.length, ...spread(total) }
     const commit = spread(toCommit)
     const arrival = spread(toArrival)
     const pace = (publishedAt[publishedAt.length - 1]! - publishedAt[0]!) / Math.max(1, publishedAt.length - 1)
@@ -170,21 +174,24 @@ const measure = (layer: LogKind, s: Settings) =>
   }).pipe(Effect.scoped)
 
 export const run = Effect.gen(function*() {
-  const s = yield* settings
+  const { intervalsMs, ...rest } = yield* settings
   const { pollInterval } = yield* dispatcherSettingsConfig
-  yield* Effect.sync(() =>
-    console.log(
-      `latency bench: ${s.watches} open watches, blocks of ${transfersPerBlock} transfers each paying 1-5 of them, ` +
-        `published one at a time every ${s.intervalMs} ms; CONFIRMATIONS_REQUIRED=1 (PAID in the paying block), ` +
-        `CALLBACK_ALLOW_PRIVATE_NETWORKS=true, WEBHOOK_POLL_INTERVAL_MS=${Duration.toMillis(pollInterval)}; PostgreSQL (fresh database)`
+  const layers: ReadonlyArray<LogKind> = rest.kafkaBrokers.trim() === "" ? ["embedded"] : ["embedded", "kafka"]
+  const results: Array<LatencyFigures> = []
+  for (const intervalMs of intervalsMs) {
+    const s = { ...rest, intervalMs }
+    yield* Effect.sync(() =>
+      console.log(
+        `latency bench: ${s.watches} open watches, blocks of ${transfersPerBlock} transfers each paying 1-5 of them, ` +
+          `published one at a time every ${s.intervalMs} ms (${Math.round(1000 / s.intervalMs * transfersPerBlock)} transfers/s); ` +
+          `CONFIRMATIONS_REQUIRED=1 (PAID in the paying block), CALLBACK_ALLOW_PRIVATE_NETWORKS=true, ` +
+          `WEBHOOK_POLL_INTERVAL_MS=${Duration.toMillis(pollInterval)}; PostgreSQL (fresh database)`
+      )
     )
-  )
-  const embedded = yield* measure("embedded", s)
-  if (s.kafkaBrokers.trim() === "") {
-    yield* Effect.sync(() => console.log("latency kafka   : skipped (KAFKA_BROKERS unset)"))
-    return [embedded]
+    for (const layer of layers) results.push(yield* measure(layer, s))
+    if (layers.length === 1) yield* Effect.sync(() => console.log("latency kafka   : skipped (KAFKA_BROKERS unset)"))
   }
-  return [embedded, yield* measure("kafka", s)]
+  return results
 }).pipe(Effect.provide(Logger.minimumLogLevel(LogLevel.Error)))
 
 if (import.meta.url === `file://${process.argv[1]}`) {

@@ -13,13 +13,11 @@ import { MonitorState } from "./Health/MonitorState.ts"
 import { HttpLive, nodeServer } from "./Http/Server.ts"
 import { IngestersLive } from "./Ingest/ChainIngester.ts"
 import { IngesterRegistry } from "./Ingest/IngesterRegistry.ts"
-import { MatcherLive } from "./Matcher/Consumer.ts"
+import { ConfirmationsLive } from "./Matcher/Consumer.ts"
 import { Payments } from "./Payments/Payments.ts"
 import { PriceOracle } from "./Price/PriceOracle.ts"
 import { ExpirySweeperLive } from "./Watches/ExpirySweeper.ts"
 import { Watches } from "./Watches/Watches.ts"
-import { OutboxRelayLive } from "./Webhooks/OutboxRelay.ts"
-import { WebhookDispatcherLive } from "./Webhooks/WebhookDispatcher.ts"
 
 /** Marks the monitor as running once every background fiber it depends on has started. */
 const MonitorRunningLive = Layer.effectDiscard(Effect.flatMap(MonitorState, (monitor) => monitor.markRunning))
@@ -29,11 +27,7 @@ const MonitorRunningLive = Layer.effectDiscard(Effect.flatMap(MonitorState, (mon
  * webhook dispatcher and the outbox relay, which the matcher wakes after each commit. The
  * matcher stays visible to the HTTP layer, whose /metrics and /ops/status report it.
  */
-const MonitorLive = Layer.mergeAll(
-  ExpirySweeperLive,
-  IngestersLive,
-  MatcherLive.pipe(Layer.provideMerge(Layer.mergeAll(WebhookDispatcherLive, OutboxRelayLive)))
-)
+const MonitorLive = Layer.mergeAll(ExpirySweeperLive, IngestersLive, ConfirmationsLive)
 
 const BackgroundLive = MonitorRunningLive.pipe(Layer.provideMerge(MonitorLive))
 

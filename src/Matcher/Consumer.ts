@@ -20,8 +20,8 @@ import { Cause, Chunk, Config, Duration, Effect, GroupBy, Layer, Option, Ref, Si
 import { enabledChainsConfig } from "../Chains/ChainClients.ts"
 import { EventLog } from "../EventLog/EventLog.ts"
 import { assembleBlocks, type BlockEvent, blocksTopic } from "../Ingest/BlockMessage.ts"
-import { OutboxRelay } from "../Webhooks/OutboxRelay.ts"
-import { WebhookDispatcher } from "../Webhooks/WebhookDispatcher.ts"
+import { OutboxRelay, OutboxRelayLive } from "../Webhooks/OutboxRelay.ts"
+import { WebhookDispatcher, WebhookDispatcherLive } from "../Webhooks/WebhookDispatcher.ts"
 import { type ApplyOutcome, Matcher } from "./Matcher.ts"
 
 /** `MATCHER_GROUP_ID` (default `confirmd-matcher`): the consumer group of the blocks topics. */
@@ -137,4 +137,12 @@ export const makeMatcherLoop = Effect.gen(function*() {
  */
 export const MatcherLive = Layer.scopedDiscard(Effect.flatMap(makeMatcherLoop, Effect.forkScoped)).pipe(
   Layer.provideMerge(Matcher.Default)
+)
+
+/**
+ * The matcher with the dispatcher and the relay it wakes after each commit: everything from
+ * the block topics to the webhooks and the confirmation topic.
+ */
+export const ConfirmationsLive = MatcherLive.pipe(
+  Layer.provideMerge(Layer.mergeAll(WebhookDispatcherLive, OutboxRelayLive))
 )

@@ -6,45 +6,16 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Fiber, Ref } from "effect"
 import { randomBytes } from "node:crypto"
-import { createServer } from "node:http"
-import type { AddressInfo } from "node:net"
 import { parseEther } from "viem"
 import { rpc, spawnAnvil, until } from "../ingest/harness.ts"
 import { freshDatabase } from "../support/Database.ts"
 import { PriceServer } from "../support/PriceServer.ts"
 import type { Json } from "../support/TestApp.ts"
 import { call, freePort, startService } from "../support/Service.ts"
+import { WebhookReceiver } from "../support/WebhookReceiver.ts"
 
 const payer = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
 const merchantAddress = "0x3333333333333333333333333333333333333333"
-
-/** A callback receiver on loopback: the payment ids of the webhooks it got. */
-const webhookReceiver = Effect.gen(function*() {
-  const received: Array<Json> = []
-  const server = createServer((req, res) => {
-    let body = ""
-    req.on("data", (chunk) => (body += chunk))
-    req.on("end", () => {
-      try {
-        received.push(JSON.parse(body))
-      } catch {
-        received.push(body)
-      }
-      res.writeHead(200).end("ok")
-    })
-  })
-  const port = yield* Effect.acquireRelease(
-    Effect.async<number>((resume) => {
-      server.listen(0, "127.0.0.1", () => resume(Effect.succeed((server.address() as AddressInfo).port)))
-    }),
-    () =>
-      Effect.async<void>((resume) => {
-        server.closeAllConnections()
-        server.close(() => resume(Effect.void))
-      })
-  )
-  return { url: `http://127.0.0.1:${port}/hook`, received: Effect.sync(() => [...received]) }
-})
 
 describe("graceful shutdown", () => {
   it.scopedLive("SIGTERM under load: exit 0 within 10 s, nothing acknowledged is lost, due webhooks delivered", () =>
@@ -52,7 +23,7 @@ describe("graceful shutdown", () => {
       const database = yield* freshDatabase
       const anvil = yield* spawnAnvil(yield* freePort)
       const prices = yield* PriceServer.make
-      const hooks = yield* webhookReceiver
+      const hooks = yield* WebhookReceiver.make()
       const prefix = `test-ops-${randomBytes(4).toString("hex")}`
       const env = {
         ...prices.env,
@@ -124,8 +95,8 @@ describe("graceful shutdown", () => {
       for (const id of paidIds) {
         yield* until(call(second.base, "GET", `/payments/${id}`, { key }), (r) => r.body?.status === "PAID", 60)
       }
-      const delivered = yield* until(hooks.received, (all) =>
-        paidIds.every((id) => all.some((hook) => JSON.stringify(hook).includes(id))), 60)
+      const delivered = yield* until(hooks.requests, (all) =>
+        paidIds.every((id) => all.some((hook) => (hook.body as Json)?.paymentId === id)), 60)
       expect(delivered.length).toBeGreaterThanOrEqual(paidIds.length)
       yield* anvil.stop
     }), { timeout: 240_000 })
