@@ -10,12 +10,15 @@ export class ChainUnavailable extends Schema.TaggedError<ChainUnavailable>()("Ch
 /**
  * A native-value transfer in a block. `to` is in canonical form (EVM lowercase; bitcoin as
  * the node encodes it), `value` in smallest units. On bitcoin, outputs of one transaction
- * paying the same address are summed into one transfer. `index` is the position of the
- * transaction in its block.
+ * paying the same address are summed into one transfer, and there is no `from` (a
+ * transaction spends inputs of any number of addresses). `index` is the position of the
+ * transaction in its block. The same schema is the transfer of the block topics' messages.
  */
 export const ChainTransfer = Schema.Struct({
   txHash: Schema.String,
   to: Schema.String,
+  /** The sender, lowercase (EVM chains only). */
+  from: Schema.optional(Schema.String),
   value: Schema.BigInt,
   index: Schema.Number
 })

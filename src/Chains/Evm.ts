@@ -73,7 +73,13 @@ export const makeEvmClient = (chain: EvmChainName, url: string, timeout: Duratio
         timestamp: Number(block.timestamp),
         transfers: block.transactions.flatMap((tx, position) =>
           tx.to != null && tx.value > 0n
-            ? [{ txHash: tx.hash, to: tx.to.toLowerCase(), value: tx.value, index: tx.transactionIndex ?? position }]
+            ? [{
+              txHash: tx.hash,
+              to: tx.to.toLowerCase(),
+              from: tx.from.toLowerCase(),
+              value: tx.value,
+              index: tx.transactionIndex ?? position
+            }]
             : []
         )
       }))

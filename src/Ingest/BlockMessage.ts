@@ -15,7 +15,7 @@
 import { Effect, Option, Schema, Stream } from "effect"
 import type { ParseResult } from "effect"
 import { ChainName } from "../Domain/Chain.ts"
-import type { ChainBlock } from "../Chains/Block.ts"
+import { type ChainBlock, ChainTransfer } from "../Chains/Block.ts"
 import type { EventLogService, Message, OutgoingRecord } from "../EventLog/EventLog.ts"
 
 /**
@@ -24,16 +24,8 @@ import type { EventLogService, Message, OutgoingRecord } from "../EventLog/Event
  */
 export const maxMessageBytes = 512 * 1024
 
-export const TransferMessage = Schema.Struct({
-  txHash: Schema.String,
-  to: Schema.String,
-  /** The sender, where the chain client reports one (not yet: reserved for EVM). */
-  from: Schema.optional(Schema.String),
-  /** Smallest units. */
-  value: Schema.BigInt,
-  /** Position of the transaction in its block. */
-  index: Schema.Number
-})
+/** A transfer as the chain clients normalise it (src/Chains/Block.ts). */
+export const TransferMessage = ChainTransfer
 export type TransferMessage = typeof TransferMessage.Type
 
 export const BlockRef = Schema.Struct({ number: Schema.BigInt, hash: Schema.String })

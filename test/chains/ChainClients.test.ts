@@ -138,7 +138,7 @@ describe("ChainClients on anvil", () => {
       }).pipe(withClients(env))
     }))
 
-  it.live("a native transfer appears in the normalised block with the exact wei and a lowercase `to`", () =>
+  it.live("a native transfer appears in the normalised block with the exact wei and lowercase `to` and `from`", () =>
     Effect.gen(function*() {
       const env = yield* engineEnv
       const transport = http(env.RPC_URL_ETHEREUM)
@@ -161,7 +161,7 @@ describe("ChainClients on anvil", () => {
         const parent = yield* clients.block("ethereum", receipt.blockNumber - 1n)
         expect(block.parentHash).toBe(parent.hash)
         expect(block.transfers.filter((t) => t.txHash === txHash)).toEqual([
-          { txHash, to: to.toLowerCase(), value, index: receipt.transactionIndex }
+          { txHash, to: to.toLowerCase(), from: wallet.account.address.toLowerCase(), value, index: receipt.transactionIndex }
         ])
       }).pipe(withClients(env))
     }))

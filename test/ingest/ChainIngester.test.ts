@@ -73,7 +73,9 @@ describe.each(logKinds)("ChainIngester on anvil through the %s EventLog", (kind)
       expect(gapsAndRepeats(blocks)).toEqual([])
       const transfers = blocks.flatMap((b) => b.transfers)
       for (const { hash, to, value } of sent) {
-        expect(transfers.filter((t) => t.txHash === hash)).toEqual([{ txHash: hash, to, value, index: expect.any(Number) }])
+        expect(transfers.filter((t) => t.txHash === hash)).toEqual([
+          { txHash: hash, to, from: wallet.account.address.toLowerCase(), value, index: expect.any(Number) }
+        ])
       }
     }))
 
