@@ -2,11 +2,12 @@
 #   docker build -t confirmd .
 #   docker compose up -d   (PostgreSQL, Kafka, two replicas, Prometheus)
 
-# Production dependencies only, resolved from the lockfile.
+# Production dependencies only, at the lockfile's versions. `npm install` rather than `npm ci`:
+# the lockfile lacks other platforms' optional packages (see .ci/run), which npm ci refuses.
 FROM node:20-bookworm-slim AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
-RUN npm ci --omit=dev --ignore-scripts && npm cache clean --force
+RUN npm install --omit=dev --ignore-scripts --no-audit --no-fund && npm cache clean --force
 
 FROM node:20-bookworm-slim AS runtime
 ENV NODE_ENV=production \
