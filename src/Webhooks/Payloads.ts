@@ -89,8 +89,8 @@ export const PaymentReorgedData = Schema.Struct({
   orphanedBlockHash: Schema.String
 })
 
-export const ChallengeConfirmedData = Schema.Struct({
-  challengeId: Schema.UUID,
+/** What a confirmed donation (challenge or signup intent) reports about its transfer. */
+const donationConfirmed = {
   chain: DonationChainName,
   address: Schema.String,
   txHash: Schema.String,
@@ -99,20 +99,18 @@ export const ChallengeConfirmedData = Schema.Struct({
   amountSmallest: Smallest,
   amountNative: DecimalString,
   usdAmount: DecimalString
+}
+
+export const ChallengeConfirmedData = Schema.Struct({
+  challengeId: Schema.UUID,
+  ...donationConfirmed
 })
 
 /** A signup donation arrived: the linked subscription became active. */
 export const IntentConfirmedData = Schema.Struct({
   intentId: Schema.UUID,
   userId: Schema.UUID,
-  chain: DonationChainName,
-  address: Schema.String,
-  txHash: Schema.String,
-  blockNumber: BlockNumber,
-  blockHash: Schema.String,
-  amountSmallest: Smallest,
-  amountNative: DecimalString,
-  usdAmount: DecimalString
+  ...donationConfirmed
 })
 
 const envelope = <T extends string, D extends Schema.Schema.Any>(type: T, data: D) =>
