@@ -108,3 +108,22 @@ svc_stop() {
   rm -f "$SVC_PID"
   log "stopped (pid $pid)"
 }
+
+# Exits when the engine needs no start: "running" when this checkout's process is up (after
+# waiting until it answers), "external" when something else already answers on the port.
+# Usage: svc_reuse_existing PORT WAIT_SECONDS WHAT  (WHAT names the engine in messages;
+# the caller defines `answers`).
+svc_reuse_existing() {
+  local port=$1 wait=$2 what=$3
+  if [[ -n $(svc_pid) ]]; then
+    wait_until "$wait" answers
+    echo running
+    exit 0
+  fi
+  if port_open 127.0.0.1 "$port"; then
+    answers || die "port $port is taken by something that is not $what"
+    log "$what not started here already answers on $port; using it"
+    echo external
+    exit 0
+  fi
+}

@@ -16,17 +16,7 @@ answers() {
 }
 
 svc_lock
-if [[ -n $(svc_pid) ]]; then
-  wait_until 60 answers
-  echo running
-  exit 0
-fi
-if port_open 127.0.0.1 "$PORT"; then
-  answers || die "port $PORT is taken by something that is not an EVM node"
-  log "an EVM node not started here already answers on $PORT; using it"
-  echo external
-  exit 0
-fi
+svc_reuse_existing "$PORT" 60 "an EVM node"
 
 BIN="$REPO_ROOT/node_modules/.bin/anvil"
 [[ -x $BIN ]] || die "$BIN missing; run npm ci"

@@ -25,17 +25,7 @@ wallet_answers() {
 answers() { rpc_answers "$BITCOIN_RPC_PORT" && wallet_answers "$BITCOIN_WALLET_RPC_PORT"; }
 
 svc_lock
-if [[ -n $(svc_pid) ]]; then
-  wait_until 60 answers
-  echo running
-  exit 0
-fi
-if port_open 127.0.0.1 "$BITCOIN_RPC_PORT"; then
-  answers || die "port $BITCOIN_RPC_PORT is taken by something that is not this regtest node"
-  log "a regtest node not started here already answers on $BITCOIN_RPC_PORT; using it"
-  echo external
-  exit 0
-fi
+svc_reuse_existing "$BITCOIN_RPC_PORT" 60 "this regtest node"
 port_open 127.0.0.1 "$BITCOIN_WALLET_RPC_PORT" && die "wallet port $BITCOIN_WALLET_RPC_PORT is taken"
 
 [[ -d $REPO_ROOT/node_modules/bcoin ]] || die "node_modules/bcoin missing; run npm ci"

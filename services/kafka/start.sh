@@ -29,17 +29,7 @@ answers() {
 }
 
 svc_lock
-if [[ -n $(svc_pid) ]]; then
-  wait_until 120 answers
-  echo running
-  exit 0
-fi
-if port_open 127.0.0.1 "$PORT"; then
-  answers || die "port $PORT is taken by something that is not a Kafka broker"
-  log "a broker not started here already answers on $PORT; using it"
-  echo external
-  exit 0
-fi
+svc_reuse_existing "$PORT" 120 "a Kafka broker"
 port_open 127.0.0.1 "$CONTROLLER_PORT" && die "controller port $CONTROLLER_PORT is taken"
 
 command -v java >/dev/null || die "java (17+) is required"
