@@ -15,7 +15,7 @@
 import { Effect, Option, Schema, Stream } from "effect"
 import type { ParseResult } from "effect"
 import { ChainName } from "../Domain/Chain.ts"
-import { type ChainBlock, ChainTransfer } from "../Chains/Block.ts"
+import { ChainBlock, ChainTransfer } from "../Chains/Block.ts"
 import type { EventLogService, Message, OutgoingRecord } from "../EventLog/EventLog.ts"
 
 /**
@@ -31,18 +31,13 @@ export type TransferMessage = typeof TransferMessage.Type
 export const BlockRef = Schema.Struct({ number: Schema.BigInt, hash: Schema.String })
 export type BlockRef = typeof BlockRef.Type
 
+/** One canonical block as the chain clients normalise it, plus its part number when split. */
 export const BlockRecord = Schema.Struct({
   type: Schema.Literal("block"),
   version: Schema.Literal(1),
-  chain: ChainName,
-  number: Schema.BigInt,
-  hash: Schema.String,
-  parentHash: Schema.String,
-  /** Unix seconds. */
-  timestamp: Schema.Number,
+  ...ChainBlock.fields,
   part: Schema.Int,
-  parts: Schema.Int,
-  transfers: Schema.Array(TransferMessage)
+  parts: Schema.Int
 })
 export type BlockRecord = typeof BlockRecord.Type
 
