@@ -12,7 +12,7 @@
 import { Metric, MetricBoundaries, MetricState, Option } from "effect"
 import type { MetricPair } from "effect"
 import type { MatcherStatus } from "../Matcher/Matcher.ts"
-import type { ChainState, ChainStatus, Snapshot } from "./Status.ts"
+import type { ChainState, ChainStatus, ConsumerLag, Snapshot } from "./Status.ts"
 
 /** HTTP requests by route template (`/payments/:payment_id`), method and status. */
 export const httpRequests = Metric.counter("confirmd_http_requests_total", {
@@ -186,6 +186,11 @@ export const snapshotFamilies = (snapshot: Snapshot): ReadonlyArray<Family> => {
       const value = f(chain)
       return value === null ? null : { labels: { chain: chain.chain }, value }
     })
+  const ofPartition = (f: (partition: ConsumerLag) => bigint) =>
+    snapshot.consumerLag.map((p) => ({
+      labels: { group: p.group, topic: p.topic, partition: String(p.partition) },
+      value: f(p)
+    }))
   const families: Array<Family> = [
     gauge("confirmd_replica_info", "This replica: id, version and run mode (always 1)", [{
       labels: {
@@ -224,18 +229,12 @@ export const snapshotFamilies = (snapshot: Snapshot): ReadonlyArray<Family> => {
     gauge(
       "confirmd_consumer_group_lag",
       "Records not yet committed by the consumer group, per topic partition",
-      snapshot.consumerLag.map((p) => ({
-        labels: { group: p.group, topic: p.topic, partition: String(p.partition) },
-        value: p.lag
-      }))
+      ofPartition((p) => p.lag)
     ),
     gauge(
       "confirmd_consumer_group_high_watermark",
       "Offset the next record of the partition will get",
-      snapshot.consumerLag.map((p) => ({
-        labels: { group: p.group, topic: p.topic, partition: String(p.partition) },
-        value: p.high
-      }))
+      ofPartition((p) => p.high)
     ),
     gauge(
       "confirmd_open_watches",
