@@ -14,15 +14,115 @@ export class CallbackUrlRejected extends Schema.TaggedError<CallbackUrlRejected>
 
 export const AllowPrivateNetworks = Config.boolean("CALLBACK_ALLOW_PRIVATE_NETWORKS").pipe(Config.withDefault(false))
 
-/** True only for globally routable unicast addresses. */
-export const isPublicAddress = (address: string): boolean => {
-  if (!ipaddr.isValid(address)) return false
-  let parsed = ipaddr.parse(address)
-  if (parsed.kind() === "ipv6" && (parsed as ipaddr.IPv6).isIPv4MappedAddress()) {
-    parsed = (parsed as ipaddr.IPv6).toIPv4Address()
+/**
+ * Address blocks a callback must not reach (IANA special-purpose registries, RFC 6890 and
+ * successors). IPv6 is judged by allow-list instead: only global unicast (2000::/3) outside
+ * these blocks passes, and the transition formats are judged by the IPv4 address they embed.
+ */
+const ipv4Blocked: ReadonlyArray<readonly [cidr: string, name: string]> = [
+  ["0.0.0.0/8", "this network"],
+  ["10.0.0.0/8", "private"],
+  ["100.64.0.0/10", "shared address space (carrier-grade NAT)"],
+  ["127.0.0.0/8", "loopback"],
+  ["169.254.0.0/16", "link-local"],
+  ["172.16.0.0/12", "private"],
+  ["192.0.0.0/24", "IETF protocol assignments"],
+  ["192.0.2.0/24", "documentation"],
+  ["192.31.196.0/24", "AS112"],
+  ["192.52.193.0/24", "AMT"],
+  ["192.88.99.0/24", "6to4 relay anycast"],
+  ["192.168.0.0/16", "private"],
+  ["192.175.48.0/24", "AS112"],
+  ["198.18.0.0/15", "benchmarking"],
+  ["198.51.100.0/24", "documentation"],
+  ["203.0.113.0/24", "documentation"],
+  ["224.0.0.0/4", "multicast"],
+  ["240.0.0.0/4", "reserved"]
+]
+
+/** Blocks refused whatever they contain; the first match names the range (order matters). */
+const ipv6Blocked: ReadonlyArray<readonly [cidr: string, name: string]> = [
+  ["::/128", "unspecified"],
+  ["::1/128", "loopback"],
+  ["::/96", "IPv4-compatible (deprecated)"],
+  ["64:ff9b:1::/48", "local-use NAT64"],
+  ["100::/64", "discard-only"],
+  ["2001:db8::/32", "documentation"],
+  ["2001::/23", "IETF protocol assignments"],
+  ["2620:4f:8000::/48", "AS112"],
+  ["3fff::/20", "documentation"],
+  ["5f00::/16", "segment routing"],
+  ["fc00::/7", "unique local"],
+  ["fe80::/10", "link-local"],
+  ["fec0::/10", "site-local (deprecated)"],
+  ["ff00::/8", "multicast"]
+]
+
+type Block = readonly [network: ipaddr.IPv4 | ipaddr.IPv6, bits: number, cidr: string, name: string]
+
+const parseBlocks = (blocks: ReadonlyArray<readonly [string, string]>): ReadonlyArray<Block> =>
+  blocks.map(([cidr, name]) => {
+    const [network, bits] = ipaddr.parseCIDR(cidr)
+    return [network, bits, cidr, name] as const
+  })
+
+const v4Blocks = parseBlocks(ipv4Blocked)
+const v6Blocks = parseBlocks(ipv6Blocked)
+const [globalUnicast] = parseBlocks([["2000::/3", "global unicast"]])
+
+const inBlock = (address: ipaddr.IPv4 | ipaddr.IPv6, [network, bits]: Block): boolean =>
+  address.kind() === network.kind() && address.match(network, bits)
+
+const describe = (address: string, block: Block) => `${address} is in ${block[2]} (${block[3]})`
+
+/** The IPv4 address held in 32 bits of `bytes` starting at `offset`, optionally inverted (Teredo). */
+const embeddedV4 = (bytes: ReadonlyArray<number>, offset: number, inverted = false) =>
+  new ipaddr.IPv4(bytes.slice(offset, offset + 4).map((b) => (inverted ? b ^ 0xff : b)))
+
+/** IPv6 transition formats and where their IPv4 addresses sit. */
+const transitions: ReadonlyArray<readonly [cidr: string, name: string, embedded: (bytes: Array<number>) => Array<ipaddr.IPv4>]> = [
+  ["::ffff:0:0/96", "IPv4-mapped", (b) => [embeddedV4(b, 12)]],
+  ["::ffff:0:0:0/96", "IPv4-translated", (b) => [embeddedV4(b, 12)]],
+  ["64:ff9b::/96", "NAT64", (b) => [embeddedV4(b, 12)]],
+  ["2002::/16", "6to4", (b) => [embeddedV4(b, 2)]],
+  ["2001::/32", "Teredo", (b) => [embeddedV4(b, 4), embeddedV4(b, 12, true)]]
+]
+const transitionBlocks = transitions.map(([cidr, name, embedded]) => {
+  const [network, bits] = ipaddr.parseCIDR(cidr)
+  return { block: [network, bits, cidr, name] as Block, embedded }
+})
+
+/**
+ * Why `address` is not a public unicast address (the range it falls in), or undefined when it
+ * is one. Text that is not an IP address is never public.
+ */
+export const nonPublicRange = (address: string): string | undefined => {
+  // ipaddr.js reads a dotted tail as IPv4-mapped ("::127.0.0.1" as ::ffff:7f00:1); the URL
+  // parser writes every IPv6 address in plain hex first, so the bits are taken as they are.
+  const canonical = address.includes(":") && URL.canParse(`http://[${address}]/`)
+    ? new URL(`http://[${address}]/`).hostname.slice(1, -1)
+    : address
+  if (!ipaddr.isValid(canonical)) return `${address} is not an IP address`
+  const parsed = ipaddr.parse(canonical)
+  if (parsed.kind() === "ipv4") {
+    const block = v4Blocks.find((b) => inBlock(parsed, b))
+    return block === undefined ? undefined : describe(address, block)
   }
-  return parsed.range() === "unicast"
+  for (const { block, embedded } of transitionBlocks) {
+    if (!inBlock(parsed, block)) continue
+    for (const v4 of embedded(parsed.toByteArray())) {
+      const reason = nonPublicRange(v4.toString())
+      if (reason !== undefined) return `${address} is ${block[3]} (${block[2]}) and embeds ${reason}`
+    }
+    return undefined
+  }
+  const block = v6Blocks.find((b) => inBlock(parsed, b))
+  if (block !== undefined) return describe(address, block)
+  return inBlock(parsed, globalUnicast!) ? undefined : `${address} is outside 2000::/3 (not global unicast)`
 }
+
+/** True only for globally routable unicast addresses. */
+export const isPublicAddress = (address: string): boolean => nonPublicRange(address) === undefined
 
 const reject = (url: string, message: string) => Effect.fail(new CallbackUrlRejected({ url, message }))
 
@@ -48,9 +148,9 @@ export const checkCallbackUrl = (raw: string) =>
         try: () => lookup(host, { all: true, verbatim: true }),
         catch: () => new CallbackUrlRejected({ url: raw, message: `callback_url host ${host} does not resolve` })
       }).pipe(Effect.map((records) => records.map((r) => r.address)))
-    const blocked = addresses.find((address) => !isPublicAddress(address))
+    const blocked = addresses.map(nonPublicRange).find((reason) => reason !== undefined)
     if (blocked !== undefined) {
-      return yield* reject(raw, `callback_url resolves to a non-public address (${blocked}); private networks are not allowed`)
+      return yield* reject(raw, `callback_url must be a public address: ${blocked}; private networks are not allowed`)
     }
     return url
   })

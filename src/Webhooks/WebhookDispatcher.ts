@@ -39,7 +39,7 @@ import {
 import { lookup as dnsLookup } from "node:dns"
 import type { LookupAddress, LookupOptions } from "node:dns"
 import type { LookupFunction } from "node:net"
-import { AllowPrivateNetworks, checkCallbackUrl, isPublicAddress } from "./CallbackUrl.ts"
+import { AllowPrivateNetworks, checkCallbackUrl, nonPublicRange } from "./CallbackUrl.ts"
 
 // ---------------------------------------------------------------------------------------
 // Retry policy
@@ -170,10 +170,10 @@ const rootMessage = (error: unknown): string => {
 export const publicOnlyLookup: LookupFunction = (hostname, options, callback) =>
   dnsLookup(hostname, { ...options, all: true }, (error, addresses: Array<LookupAddress>) => {
     if (error !== null) return callback(error, "")
-    const blocked = addresses.find((entry) => !isPublicAddress(entry.address))
+    const blocked = addresses.map((entry) => nonPublicRange(entry.address)).find((reason) => reason !== undefined)
     if (blocked !== undefined) {
       const refused: NodeJS.ErrnoException = new Error(
-        `callback host ${hostname} resolves to a non-public address (${blocked.address}); private networks are not allowed`
+        `callback host ${hostname} resolves to a non-public address (${blocked}); private networks are not allowed`
       )
       refused.code = "ECALLBACKPRIVATE"
       return callback(refused, "")
