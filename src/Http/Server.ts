@@ -25,53 +25,59 @@ import { drainableServer } from "../Ops/HttpDrain.ts"
 import { OpsRoutesLive, withHttpMetrics } from "../Ops/Http.ts"
 import { PaymentsLive } from "../Payments/Http.ts"
 import { internalError, notFound, payloadTooLarge, validationError, type ValidationIssue } from "./Errors.ts"
+import { makeRequestGuard } from "./RequestGuard.ts"
 
-/** Request bodies are small JSON documents; anything larger is refused before parsing. */
-export const MAX_BODY_BYTES = 64 * 1024
+/** Request bodies are small JSON documents; anything larger is refused (413) however it is framed. */
+export const MaxBodyBytes = Config.integer("MAX_BODY_BYTES").pipe(
+  Config.withDefault(64 * 1024),
+  Config.validate({ message: "MAX_BODY_BYTES must be a positive integer", validation: (n) => n > 0 })
+)
 
 /**
  * Failures raised around the handlers (body decoding, unknown routes, defects) become the
- * spec's envelope here, inside the API, where declared errors are encoded.
+ * spec's envelope here, inside the API, where declared errors are encoded; the request guard
+ * (RequestGuard.ts) runs first, for every route.
  */
-const RequestErrorsLive = HttpApiBuilder.middleware((app) =>
-  // The platform types the wrapped app as infallible, yet these failures do flow through it;
-  // their replacements are declared on the API (`addError`), so they get encoded.
-  Effect.gen(function*() {
-    const request = yield* HttpServerRequest.HttpServerRequest
-    if (Number(request.headers["content-length"] ?? "0") > MAX_BODY_BYTES) return yield* bodyTooLarge
-    return yield* (app as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, HttpServerRequest.HttpServerRequest>)
-      .pipe(HttpServerRequest.withMaxBodySize(Option.some(MAX_BODY_BYTES)))
-  }).pipe(
-    Effect.catchAll((error) => Effect.fail(toEnvelopeError(error))),
-    // The platform turns an unreadable body into a defect; it is the client's error, not ours.
-    Effect.catchAllDefect((defect) =>
-      defect instanceof RequestError
-        ? Effect.fail(toEnvelopeError(defect))
-        : Effect.logError("request failed with a defect", defect).pipe(Effect.zipRight(Effect.fail(internalError())))
-    )
-  ) as unknown as typeof app
-)
-
-const bodyTooLarge = Effect.fail(payloadTooLarge(`Request body exceeds ${MAX_BODY_BYTES} bytes`))
-
-const toEnvelopeError = (error: unknown): unknown => {
-  if (error instanceof HttpApiDecodeError) {
-    return validationError(error.issues.map((issue): ValidationIssue => ({
-      loc: ["body", ...issue.path.map((p) => typeof p === "symbol" ? String(p) : p)],
-      msg: issue.message,
-      type: issue._tag
-    })))
+const RequestErrorsLive = HttpApiBuilder.middleware(Effect.map(MaxBodyBytes, (maxBytes) => {
+  const guard = makeRequestGuard(ConfirmdApi)
+  const tooLarge = payloadTooLarge(`Request body exceeds ${maxBytes} bytes`)
+  const toEnvelopeError = (error: unknown): unknown => {
+    if (error instanceof HttpApiDecodeError) {
+      return validationError(error.issues.map((issue): ValidationIssue => ({
+        loc: ["body", ...issue.path.map((p) => typeof p === "symbol" ? String(p) : p)],
+        msg: issue.message,
+        type: issue._tag
+      })))
+    }
+    if (error instanceof RequestError) {
+      return error.cause instanceof Error && error.cause.message === "maxBytes exceeded"
+        ? tooLarge
+        : validationError([{ loc: ["body"], msg: "Request body is not valid JSON", type: "json_invalid" }])
+    }
+    if (error instanceof RouteNotFound) {
+      return notFound(`No route for ${error.request.method} ${error.request.url.split("?")[0]}`)
+    }
+    return error
   }
-  if (error instanceof RequestError) {
-    return error.cause instanceof Error && error.cause.message === "maxBytes exceeded"
-      ? payloadTooLarge(`Request body exceeds ${MAX_BODY_BYTES} bytes`)
-      : validationError([{ loc: ["body"], msg: "Request body is not valid JSON", type: "json_invalid" }])
-  }
-  if (error instanceof RouteNotFound) {
-    return notFound(`No route for ${error.request.method} ${error.request.url.split("?")[0]}`)
-  }
-  return error
-}
+  return (app: HttpApp.Default) =>
+    // The platform types the wrapped app as infallible, yet these failures do flow through it;
+    // their replacements are declared on the API (`addError`), so they get encoded.
+    Effect.gen(function*() {
+      const request = yield* HttpServerRequest.HttpServerRequest
+      if (Number(request.headers["content-length"] ?? "0") > maxBytes) return yield* Effect.fail(tooLarge)
+      yield* guard(request)
+      return yield* (app as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, HttpServerRequest.HttpServerRequest>)
+    }).pipe(
+      HttpServerRequest.withMaxBodySize(Option.some(maxBytes)),
+      Effect.catchAll((error) => Effect.fail(toEnvelopeError(error))),
+      // The platform turns an unreadable body into a defect; it is the client's error, not ours.
+      Effect.catchAllDefect((defect) =>
+        defect instanceof RequestError
+          ? Effect.fail(toEnvelopeError(defect))
+          : Effect.logError("request failed with a defect", defect).pipe(Effect.zipRight(Effect.fail(internalError())))
+      )
+    ) as unknown as typeof app
+}))
 
 /** Every response, whatever produced it, carries a fresh `X-Request-Id`, also set on the logs. */
 export const withRequestId = HttpMiddleware.make((app) =>

@@ -11,8 +11,8 @@
  */
 import { NodeHttpServer } from "@effect/platform-node"
 import { Config, Duration, Effect, Layer, Schedule } from "effect"
-import { createServer } from "node:http"
 import type { ListenOptions } from "node:net"
+import { createApiServer } from "../Http/NodeServer.ts"
 
 /**
  * A Node HTTP server on `options` (`layer`) and the layer that drains it when released
@@ -22,7 +22,7 @@ export const drainableServer = (options: ListenOptions) =>
   Effect.sync(() => {
     let inFlight = 0
     let draining = false
-    const server = createServer()
+    const server = createApiServer()
     // Registered before the API's handler, so it sees each request first.
     server.on("request", (_request, response) => {
       inFlight++

@@ -9,9 +9,9 @@ import { NodeHttpServer } from "@effect/platform-node"
 import { ConfigProvider, Context, Duration, Effect, Layer, Logger, LogLevel, Schedule } from "effect"
 import type { Scope } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
-import { createServer } from "node:http"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { createApiServer } from "../../src/Http/NodeServer.ts"
 import { makeApp } from "../../src/main.ts"
 import { freshDatabase } from "./Database.ts"
 import { PriceServer, type PriceServerHandle } from "./PriceServer.ts"
@@ -83,7 +83,7 @@ export const makeTestApp = (
       ...overrides
     }))
     const context = yield* Layer.build(
-      makeApp(NodeHttpServer.layer(createServer, { port: 0, host: "127.0.0.1" })).pipe(
+      makeApp(NodeHttpServer.layer(createApiServer, { port: 0, host: "127.0.0.1" })).pipe(
         Layer.provide(Logger.minimumLogLevel(LogLevel.Warning)),
         Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(config)))
       )

@@ -1,0 +1,193 @@
+/**
+ * Checks every request makes before any handler sees it, for all endpoints alike (so new
+ * endpoints are covered without a list to maintain):
+ *
+ * - no text input -- path segment, query parameter, header, body field name or value -- may
+ *   hold a character the database or the protocol cannot carry: control characters
+ *   (U+0000-U+001F, U+007F-U+009F; PostgreSQL text cannot hold U+0000 at all) or an unpaired
+ *   UTF-16 surrogate (not encodable as UTF-8);
+ * - a JSON body may carry only the fields its endpoint declares.
+ *
+ * Each refusal is a 422 in the spec's envelope naming the field (`loc`).
+ */
+import { HttpApi, type HttpServerRequest } from "@effect/platform"
+import { Effect, Either, Option, ParseResult, Schema, type SchemaAST as AST } from "effect"
+import { validationError, type ValidationIssue } from "./Errors.ts"
+
+/** What the guard refuses in text. Paired surrogates (astral characters) are fine. */
+export const FORBIDDEN_TEXT = /[\u0000-\u001f\u007f-\u009f]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
+
+/** The same rule as a JSON Schema `pattern` (ECMA-262 with the `u` flag, as validators apply it). */
+export const ALLOWED_TEXT_PATTERN = "^[^\\u0000-\\u001f\\u007f-\\u009f\\ud800-\\udfff]*$"
+
+type Loc = ReadonlyArray<string | number>
+
+const invalidText = (loc: Loc): ValidationIssue => ({
+  loc,
+  msg: "must not contain control characters (U+0000-U+001F, U+007F-U+009F) or unpaired surrogates",
+  type: "string_invalid_characters"
+})
+
+/**
+ * How deep a JSON body may nest. The API's bodies nest two levels; far deeper input would
+ * only exhaust the stack of whatever walks it later (decoding, error formatting).
+ */
+export const MAX_JSON_DEPTH = 32
+
+/** A position in a JSON value, built from its parent so deep nesting costs no copying. */
+interface Position {
+  readonly parent: Position | undefined
+  readonly key: string | number
+  readonly depth: number
+}
+
+const locOf = (position: Position): Loc => {
+  const loc: Array<string | number> = []
+  for (let p: Position | undefined = position; p !== undefined; p = p.parent) loc.unshift(p.key)
+  return loc
+}
+
+/**
+ * Every string in a parsed JSON body, keys included, that holds a forbidden character.
+ * Iterative: a small body can nest deeper than the call stack would go.
+ */
+const jsonIssues = (body: unknown): Array<ValidationIssue> => {
+  const issues: Array<ValidationIssue> = []
+  const pending: Array<readonly [unknown, Position]> = [[body, { parent: undefined, key: "body", depth: 0 }]]
+  for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
+    const [value, position] = next
+    if (position.depth > MAX_JSON_DEPTH) {
+      return [{ loc: locOf(position), msg: `nests deeper than ${MAX_JSON_DEPTH} levels`, type: "too_deep" }]
+    }
+    if (typeof value === "string") {
+      if (FORBIDDEN_TEXT.test(value)) issues.push(invalidText(locOf(position)))
+    } else if (Array.isArray(value)) {
+      value.forEach((item, index) => pending.push([item, { parent: position, key: index, depth: position.depth + 1 }]))
+    } else if (typeof value === "object" && value !== null) {
+      for (const [key, item] of Object.entries(value)) {
+        const at = { parent: position, key, depth: position.depth + 1 }
+        if (FORBIDDEN_TEXT.test(key)) issues.push(invalidText(locOf(at)))
+        else pending.push([item, at])
+      }
+    }
+  }
+  return issues
+}
+
+interface Route {
+  readonly method: string
+  readonly segments: ReadonlyArray<string>
+  readonly payload: Option.Option<AST.AST>
+}
+
+/** The API's routes, for naming path parameters and finding a body's declared fields. */
+const routesOf = (api: HttpApi.HttpApi.Any): ReadonlyArray<Route> => {
+  const routes: Array<Route> = []
+  HttpApi.reflect(api as HttpApi.HttpApi.AnyWithProps, {
+    onGroup: () => {},
+    onEndpoint: ({ endpoint }) => {
+      routes.push({
+        method: endpoint.method,
+        segments: endpoint.path.split("/"),
+        payload: Option.map(endpoint.payloadSchema, (schema) => schema.ast)
+      })
+    }
+  })
+  return routes
+}
+
+const matches = (route: Route, method: string, segments: ReadonlyArray<string>) =>
+  route.method === method && route.segments.length === segments.length &&
+  route.segments.every((part, i) => part.startsWith(":") || part === segments[i])
+
+const decodeSegment = (segment: string): Option.Option<string> => {
+  try {
+    return Option.some(decodeURIComponent(segment))
+  } catch {
+    return Option.none()
+  }
+}
+
+/** Body media types whose text the platform reads (and caches) itself; others are left alone. */
+const textBody = (contentType: string): "json" | "form" | "text" | undefined => {
+  if (contentType === "" || contentType.includes("application/json")) return "json"
+  if (contentType.includes("x-www-form-urlencoded")) return "form"
+  return contentType.startsWith("text/") ? "text" : undefined
+}
+
+/** Fields the body carries that its endpoint does not declare. */
+const undeclaredFields = (payload: AST.AST, body: unknown): Array<ValidationIssue> =>
+  Either.match(
+    Schema.decodeUnknownEither(Schema.make(payload), { onExcessProperty: "error", errors: "all" })(body),
+    {
+      onRight: () => [],
+      onLeft: (error) =>
+        ParseResult.ArrayFormatter.formatErrorSync(error)
+          .filter((issue) => issue._tag === "Unexpected")
+          .map((issue) => ({
+            loc: ["body", ...issue.path.map((p) => typeof p === "symbol" ? String(p) : p)],
+            msg: "is not a field of this request",
+            type: "extra_forbidden"
+          }))
+    }
+  )
+
+/**
+ * The guard for `api`: fails with the 422 to answer, or with the platform's `RequestError`
+ * when the body cannot be read (too large, connection lost), which the caller maps.
+ */
+export const makeRequestGuard = (api: HttpApi.HttpApi.Any) => {
+  const routes = routesOf(api)
+  return (request: HttpServerRequest.HttpServerRequest) =>
+    Effect.gen(function*() {
+      const queryAt = request.url.indexOf("?")
+      const rawPath = queryAt === -1 ? request.url : request.url.slice(0, queryAt)
+      const segments = rawPath.split("/")
+      const route = routes.find((r) => matches(r, request.method, segments))
+      const issues: Array<ValidationIssue> = []
+
+      segments.forEach((segment, i) => {
+        const name = route?.segments[i]?.startsWith(":") === true ? route.segments[i]!.slice(1) : segment
+        Option.match(decodeSegment(segment), {
+          onNone: () => issues.push({ loc: ["path", name], msg: "is not valid percent-encoding", type: "url_invalid" }),
+          onSome: (text) => FORBIDDEN_TEXT.test(text) && issues.push(invalidText(["path", name]))
+        })
+      })
+      if (queryAt !== -1) {
+        for (const [key, value] of new URLSearchParams(request.url.slice(queryAt + 1))) {
+          if (FORBIDDEN_TEXT.test(key) || FORBIDDEN_TEXT.test(value)) issues.push(invalidText(["query", key]))
+        }
+      }
+      for (const [name, value] of Object.entries(request.headers)) {
+        if (FORBIDDEN_TEXT.test(value)) issues.push(invalidText(["header", name]))
+      }
+      if (issues.length > 0) return yield* Effect.fail(validationError(issues))
+
+      const hasBody = request.headers["content-length"] !== undefined && request.headers["content-length"] !== "0" ||
+        request.headers["transfer-encoding"] !== undefined
+      const kind = textBody((request.headers["content-type"] ?? "").toLowerCase().trim())
+      if (!hasBody || kind === undefined || request.method === "GET" || request.method === "HEAD") return
+
+      // Read through the platform, which caches the text for the handler's own decoding.
+      const text = yield* request.text
+      if (kind === "text") {
+        if (FORBIDDEN_TEXT.test(text)) return yield* Effect.fail(validationError([invalidText(["body"])]))
+        return
+      }
+      if (kind === "form") {
+        for (const [key, value] of new URLSearchParams(text)) {
+          if (FORBIDDEN_TEXT.test(key) || FORBIDDEN_TEXT.test(value)) issues.push(invalidText(["body", key]))
+        }
+        if (issues.length > 0) return yield* Effect.fail(validationError(issues))
+        return
+      }
+      // Not JSON: the handler's decoding answers that (422 json_invalid).
+      const parsed = Either.try(() => JSON.parse(text) as unknown)
+      if (Either.isLeft(parsed)) return
+      issues.push(...jsonIssues(parsed.right))
+      if (issues.length === 0 && route !== undefined && Option.isSome(route.payload)) {
+        issues.push(...undeclaredFields(route.payload.value, parsed.right))
+      }
+      if (issues.length > 0) return yield* Effect.fail(validationError(issues))
+    })
+}
