@@ -1,6 +1,6 @@
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
-import { DonationChainName } from "../Domain/Chain.ts"
+import { DonationChainName, DonationChainNameInput } from "../Domain/Chain.ts"
 import { UsdAmountInput } from "../Domain/Money.ts"
 import {
   BadRequestResponse,
@@ -10,7 +10,7 @@ import {
 import { DateTimeString, DecimalString } from "../Http/Schemas.ts"
 import { healthEndpoint } from "../Health/Api.ts"
 import { Authentication } from "./Authentication.ts"
-import { PlanName } from "./Plans.ts"
+import { PlanName, PlanNameInput } from "./Plans.ts"
 
 const ApiKey = Schema.String.annotations({ description: "64 hexadecimal characters; shown once, not recoverable" })
 const Email = Schema.String.pipe(
@@ -46,9 +46,9 @@ export class SignupOptionsOut extends Schema.Class<SignupOptionsOut>("SignupOpti
 
 export class SignupIn extends Schema.Class<SignupIn>("SignupIn")({
   method: Schema.Literal("donation", "subscribe"),
-  chain: Schema.optionalWith(Schema.NullOr(Schema.String.pipe(Schema.maxLength(64))), { default: () => null }),
+  chain: Schema.optionalWith(Schema.NullOr(DonationChainNameInput), { default: () => null }),
   usd_amount: Schema.optionalWith(Schema.NullOr(UsdAmountInput), { default: () => null }),
-  plan: Schema.optionalWith(Schema.String.pipe(Schema.maxLength(64)), { default: () => "starter" }),
+  plan: Schema.optionalWith(PlanNameInput, { default: () => "starter" }),
   email: Schema.optionalWith(Schema.NullOr(Email), { default: () => null })
 }) {}
 
@@ -99,7 +99,7 @@ export class AccountOut extends Schema.Class<AccountOut>("AccountOut")({
 }) {}
 
 export class SubscribeIn extends Schema.Class<SubscribeIn>("SubscribeIn")({
-  plan: Schema.String.pipe(Schema.maxLength(64))
+  plan: PlanNameInput
 }) {}
 
 const IntentId = Schema.Struct({ intent_id: Schema.String })

@@ -3,6 +3,11 @@ import { Config, Schema } from "effect"
 export const PlanName = Schema.Literal("starter", "growth", "scale")
 export type PlanName = typeof PlanName.Type
 
+/** A plan name as a request field: any short string (an unknown plan gets the spec's 400), described as the names. */
+export const PlanNameInput = Schema.String.pipe(Schema.maxLength(64)).annotations({
+  jsonSchema: { type: "string", enum: PlanName.literals }
+})
+
 export interface Plan {
   readonly name: PlanName
   readonly monthlyEventLimit: number

@@ -1,6 +1,7 @@
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { Authentication } from "../Accounts/Authentication.ts"
+import { ChainNameInput } from "../Domain/Chain.ts"
 import { BadRequestResponse, NotFoundResponse } from "../Http/Errors.ts"
 
 export class AddressOut extends Schema.Class<AddressOut>("AddressOut")({
@@ -9,7 +10,7 @@ export class AddressOut extends Schema.Class<AddressOut>("AddressOut")({
 }) {}
 
 export class AddAddressesIn extends Schema.Class<AddAddressesIn>("AddAddressesIn")({
-  chain: Schema.String.pipe(Schema.maxLength(64)),
+  chain: ChainNameInput,
   addresses: Schema.Array(Schema.String.pipe(Schema.maxLength(256))).pipe(Schema.minItems(1), Schema.maxItems(100))
 }) {}
 
@@ -33,7 +34,7 @@ export class AddressesApi extends HttpApiGroup.make("addresses")
   .add(
     HttpApiEndpoint.del("remove", "/addresses/:address")
       .setPath(Schema.Struct({ address: Schema.String }))
-      .setUrlParams(Schema.Struct({ chain: Schema.optional(Schema.String) }))
+      .setUrlParams(Schema.Struct({ chain: Schema.optional(ChainNameInput) }))
       .addSuccess(AddressDeleted)
       .addError(BadRequestResponse)
       .addError(NotFoundResponse)

@@ -1,14 +1,14 @@
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
-import { DonationChainName } from "../Domain/Chain.ts"
+import { DonationChainName, DonationChainNameInput } from "../Domain/Chain.ts"
 import { UsdAmountInput } from "../Domain/Money.ts"
 import { BadRequestResponse, NotFoundResponse, UpstreamErrorResponse } from "../Http/Errors.ts"
-import { DateTimeString, DecimalString } from "../Http/Schemas.ts"
+import { CallbackUrlInput, DateTimeString, DecimalString } from "../Http/Schemas.ts"
 
 export class ChallengeIn extends Schema.Class<ChallengeIn>("ChallengeIn")({
-  chain: Schema.String.pipe(Schema.maxLength(64)),
+  chain: DonationChainNameInput,
   usd_amount: UsdAmountInput,
-  callback_url: Schema.optionalWith(Schema.NullOr(Schema.String.pipe(Schema.maxLength(2048))), {
+  callback_url: Schema.optionalWith(Schema.NullOr(CallbackUrlInput), {
     default: () => null
   })
 }) {}

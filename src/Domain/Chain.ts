@@ -26,6 +26,19 @@ export const donationChainNames: ReadonlyArray<DonationChainName> = DonationChai
 export const chainOfDonationChain = (chain: DonationChainName): ChainName =>
   chain === "binance" ? "bnb" : chain
 
+/**
+ * A chain name as a request field. Any short string decodes, so that an unknown chain gets
+ * the spec's 400 naming it; clients are told the names (`enum`) in the interface description.
+ */
+export const ChainNameInput = Schema.String.pipe(Schema.maxLength(64)).annotations({
+  jsonSchema: { type: "string", enum: chainNames }
+})
+
+/** The same for the donation side (signup, challenges). */
+export const DonationChainNameInput = Schema.String.pipe(Schema.maxLength(64)).annotations({
+  jsonSchema: { type: "string", enum: donationChainNames }
+})
+
 /** Native token symbols whose USD price the service needs. */
 export const Symbol = Schema.Literal("BTC", "ETH", "POL", "BNB", "AVAX")
 export type Symbol = typeof Symbol.Type

@@ -91,6 +91,15 @@ export const parseUsdAmount = (input: number | string): Either.Either<BigDecimal
 }
 
 /**
+ * The strings `parseUsdAmount` accepts, as a regular expression for the interface
+ * description: an optional `+`, at least one digit, not all zeros, at most 18 digits before the
+ * point once leading zeros are dropped and 18 after it once trailing zeros are dropped (with
+ * `maxLength` `MAX_DECIMAL_TEXT_LENGTH`). A property test keeps the two in agreement.
+ */
+export const USD_AMOUNT_PATTERN = `^\\+?(?=\\.?[0-9])(?=[0-9.]*[1-9])0*[0-9]{0,${MAX_USD_INTEGER_DIGITS}}` +
+  `(\\.[0-9]{0,${MAX_USD_FRACTION_DIGITS}}0*)?$`
+
+/**
  * `usd_amount` per SPEC "Amount input": a JSON number or a decimal string, decoded into a
  * positive normalized `BigDecimal`; encodes back to its canonical decimal string.
  */
@@ -107,7 +116,18 @@ export const UsdAmountInput: Schema.Schema<BigDecimal.BigDecimal, number | strin
     encode: (amount) => ParseResult.succeed(formatDecimal(amount))
   }
 ).annotations({
-  description: "Positive USD amount: a JSON number or a decimal string such as \"10.50\""
+  description: "Positive USD amount: a JSON number or a decimal string such as \"10.50\"",
+  jsonSchema: {
+    anyOf: [
+      {
+        type: "number",
+        exclusiveMinimum: 0,
+        exclusiveMaximum: 10 ** MAX_USD_INTEGER_DIGITS,
+        description: `At most ${MAX_USD_FRACTION_DIGITS} digits after the decimal point in its shortest form`
+      },
+      { type: "string", pattern: USD_AMOUNT_PATTERN, maxLength: MAX_DECIMAL_TEXT_LENGTH }
+    ]
+  }
 })
 
 /** Canonical plain decimal text: no exponent, no superfluous zeros ("10", "10.5", "0.00012"). */

@@ -4,3 +4,11 @@ import { Schema } from "effect"
 export const DecimalString = Schema.String.annotations({ description: "Exact decimal number as a string" })
 
 export const DateTimeString = Schema.String.annotations({ description: "ISO 8601 UTC timestamp", format: "date-time" })
+
+/**
+ * A webhook target as a request field: text up to 2048 characters. Described as an absolute
+ * http(s) URI; that it must reach a public address is checked on use (400 naming the range).
+ */
+export const CallbackUrlInput = Schema.String.pipe(Schema.maxLength(2048)).annotations({
+  jsonSchema: { type: "string", format: "uri", pattern: "^[hH][tT][tT][pP][sS]?://", maxLength: 2048 }
+})

@@ -110,10 +110,15 @@ export const HttpLive = HttpApiBuilder.serve((app) => withHttpMetrics(withReques
 )
 
 /**
- * The socket on `PORT` (default 8080): its `layer`, and `drain`, to be built above the app
- * so that a stop drains the requests under way first (Ops/HttpDrain.ts).
+ * The socket on `HOST`:`PORT` (default all interfaces, port 8080; merchants and the payer's
+ * checkout reach the API there): its `layer`, and `drain`, to be built above the app so that a
+ * stop drains the requests under way first (Ops/HttpDrain.ts). The operator endpoints guard
+ * themselves (Ops/Http.ts).
  */
 export const nodeServer = Effect.flatMap(
-  Config.integer("PORT").pipe(Config.withDefault(8080)),
-  (port) => drainableServer({ port, host: "0.0.0.0" })
+  Config.all({
+    port: Config.integer("PORT").pipe(Config.withDefault(8080)),
+    host: Config.string("HOST").pipe(Config.withDefault("0.0.0.0"))
+  }),
+  drainableServer
 )

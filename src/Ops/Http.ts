@@ -2,9 +2,13 @@
  * Operator endpoints, served beside the API but kept out of its OpenAPI document (they are
  * not part of the merchant contract in SPEC.md; /docs stays the merchants' reference):
  *
- * - `GET /metrics`: Prometheus text format; meant for the scraper on the internal network.
- * - `GET /ops/status`: the same state as JSON for humans. When `OPS_TOKEN` is set it needs
- *   `Authorization: Bearer <OPS_TOKEN>`; otherwise 401 in the error envelope.
+ * - `GET /metrics`: Prometheus text format, for a scraper.
+ * - `GET /ops/status`: the same state as JSON for humans.
+ *
+ * They are closed by default: a caller needs `Authorization: Bearer <OPS_TOKEN>`, or must be a
+ * direct loopback caller (socket peer 127.0.0.0/8 or ::1, no forwarding header, so a reverse
+ * proxy on the same host does not open them to everyone). With `OPS_TOKEN` set, `/ops/status`
+ * needs the token even from loopback. Anything else gets 401 in the error envelope.
  *
  * `withHttpMetrics` counts every request by route template, method and status, with its
  * latency.
@@ -59,26 +63,43 @@ const unauthorized = HttpServerResponse.unsafeJson({
   error: {
     code: "unauthorized",
     message: "Missing or invalid operator token",
-    hint: "Send Authorization: Bearer <OPS_TOKEN>"
+    hint: "Send Authorization: Bearer <OPS_TOKEN>, or call from the same host without a proxy"
   }
 }, { status: 401 })
+
+const forwardingHeaders = ["forwarded", "x-forwarded-for", "x-real-ip"]
+
+/** The socket's peer is this host and no proxy says it relays someone else. */
+const isDirectLoopbackCaller = (request: HttpServerRequest.HttpServerRequest): boolean =>
+  forwardingHeaders.every((name) => request.headers[name] === undefined) &&
+  Option.match(request.remoteAddress, {
+    onNone: () => false,
+    onSome: (address) => /^(127\.|::1$|::ffff:127\.)/.test(address)
+  })
 
 export const OpsRoutesLive = HttpApiBuilder.Router.use((router) =>
   Effect.gen(function*() {
     const status = yield* OpsStatus
     const token = yield* Config.option(Config.redacted("OPS_TOKEN"))
-    const expected = Option.map(token, (t) => digest(Redacted.value(t)))
+    // An empty OPS_TOKEN (docker-compose passes `${OPS_TOKEN:-}`) is no token.
+    const expected = Option.map(Option.filter(token, (t) => Redacted.value(t) !== ""), (t) => digest(Redacted.value(t)))
 
-    const authorized = (request: HttpServerRequest.HttpServerRequest): boolean => {
-      if (Option.isNone(expected)) return true
+    const presentsToken = (request: HttpServerRequest.HttpServerRequest): boolean => {
+      if (Option.isNone(expected)) return false
       const header = request.headers["authorization"] ?? ""
       const presented = /^Bearer\s+(.+)$/i.exec(header)?.[1]
       return presented !== undefined && timingSafeEqual(digest(presented.trim()), expected.value)
     }
+    const mayReadMetrics = (request: HttpServerRequest.HttpServerRequest) =>
+      presentsToken(request) || isDirectLoopbackCaller(request)
+    const mayReadStatus = (request: HttpServerRequest.HttpServerRequest) =>
+      Option.isSome(expected) ? presentsToken(request) : isDirectLoopbackCaller(request)
 
     yield* router.get(
       "/metrics",
       Effect.gen(function*() {
+        const request = yield* HttpServerRequest.HttpServerRequest
+        if (!mayReadMetrics(request)) return unauthorized
         const snapshot = yield* status.collect
         const registry = yield* Metric.snapshot
         return HttpServerResponse.text(render([...snapshotFamilies(snapshot), ...fromSnapshot(registry)]), {
@@ -91,7 +112,7 @@ export const OpsRoutesLive = HttpApiBuilder.Router.use((router) =>
       "/ops/status",
       Effect.gen(function*() {
         const request = yield* HttpServerRequest.HttpServerRequest
-        if (!authorized(request)) return unauthorized
+        if (!mayReadStatus(request)) return unauthorized
         const snapshot = yield* status.collect
         return HttpServerResponse.unsafeJson(toJson(snapshot))
       })

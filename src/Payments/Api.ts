@@ -1,6 +1,7 @@
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { Authentication } from "../Accounts/Authentication.ts"
+import { ChainNameInput } from "../Domain/Chain.ts"
 import { UsdAmountInput } from "../Domain/Money.ts"
 import {
   BadRequestResponse,
@@ -9,12 +10,12 @@ import {
   TooManyRequestsResponse,
   UpstreamErrorResponse
 } from "../Http/Errors.ts"
-import { DateTimeString, DecimalString } from "../Http/Schemas.ts"
+import { CallbackUrlInput, DateTimeString, DecimalString } from "../Http/Schemas.ts"
 
 export class CreatePaymentIn extends Schema.Class<CreatePaymentIn>("CreatePaymentIn")({
   usd_amount: UsdAmountInput,
-  chain: Schema.String.pipe(Schema.maxLength(64)),
-  callback_url: Schema.String.pipe(Schema.maxLength(2048))
+  chain: ChainNameInput,
+  callback_url: CallbackUrlInput
 }) {}
 
 export class CreatePaymentOut extends Schema.Class<CreatePaymentOut>("CreatePaymentOut")({

@@ -150,7 +150,7 @@ export const checkCallbackUrl = (raw: string) =>
       }).pipe(Effect.map((records) => records.map((r) => r.address)))
     const blocked = addresses.map(nonPublicRange).find((reason) => reason !== undefined)
     if (blocked !== undefined) {
-      return yield* reject(raw, `callback_url must be a public address: ${blocked}; private networks are not allowed`)
+      return yield* reject(raw, `callback_url resolves to a non-public address: ${blocked}; private networks are not allowed`)
     }
     return url
   })
