@@ -73,6 +73,10 @@ const describeAsServed = (spec: Json): Json => {
           ...parameters
         ]
       }
+      // A path segment is never empty: `/payments/` is not `/payments/{payment_id}`.
+      for (const parameter of Array.isArray(operation.parameters) ? operation.parameters : []) {
+        if (isObject(parameter) && parameter.in === "path" && isObject(parameter.schema)) parameter.schema.minLength = 1
+      }
       inputs.push(operation.requestBody, operation.parameters)
       const responses = isObject(operation.responses) ? operation.responses : {}
       if (operation.operationId === "public.health" && isObject(responses["200"])) {

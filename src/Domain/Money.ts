@@ -91,13 +91,15 @@ export const parseUsdAmount = (input: number | string): Either.Either<BigDecimal
 }
 
 /**
- * The strings `parseUsdAmount` accepts, as a regular expression for the interface
- * description: an optional `+`, at least one digit, not all zeros, at most 18 digits before the
- * point once leading zeros are dropped and 18 after it once trailing zeros are dropped (with
- * `maxLength` `MAX_DECIMAL_TEXT_LENGTH`). A property test keeps the two in agreement.
+ * The strings `parseUsdAmount` accepts, as a regular expression for the interface description
+ * (no lookarounds, so generators can use it too): an optional `+`; then either a nonzero
+ * integer part of at most 18 digits after leading zeros, or a zero integer part and a nonzero
+ * fraction; at most 18 fraction digits once trailing zeros are dropped. `maxLength` is
+ * `MAX_DECIMAL_TEXT_LENGTH`. A property test keeps the two in agreement.
  */
-export const USD_AMOUNT_PATTERN = `^\\+?(?=\\.?[0-9])(?=[0-9.]*[1-9])0*[0-9]{0,${MAX_USD_INTEGER_DIGITS}}` +
-  `(\\.[0-9]{0,${MAX_USD_FRACTION_DIGITS}}0*)?$`
+const SIGNIFICANT_FRACTION = `[0-9]{0,${MAX_USD_FRACTION_DIGITS - 1}}[1-9]`
+export const USD_AMOUNT_PATTERN = `^\\+?(?:0*[1-9][0-9]{0,${MAX_USD_INTEGER_DIGITS - 1}}(?:\\.(?:${SIGNIFICANT_FRACTION})?0*)?` +
+  `|0*\\.${SIGNIFICANT_FRACTION}0*)$`
 
 /**
  * `usd_amount` per SPEC "Amount input": a JSON number or a decimal string, decoded into a
