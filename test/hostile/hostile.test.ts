@@ -253,6 +253,13 @@ layer(App.layer(), { excludeTestServices: true })("hostile input", (it) => {
       expectEnvelope(control, 422, "validation_error")
       expect(locs(control)).toEqual([["header", "x-api-key"]])
       expectEnvelope(yield* changesNothing(app, header([0xff, 0xfe])), 401, "unauthorized")
+      // Headers the service does not read may hold what HTTP allows there (a tab, Latin-1).
+      const lenient = yield* rawExchange(app.baseUrl, Buffer.concat([
+        Buffer.from("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\nUser-Agent: a\tb\r\nReferer: "),
+        Buffer.from([0xe2, 0x80, 0xa6]),
+        Buffer.from("\r\n\r\n")
+      ]))
+      expect(lenient.status).toBe(200)
     }))
 })
 
