@@ -7,6 +7,7 @@ import {
   InternalErrorResponse,
   NotFoundResponse,
   PayloadTooLargeResponse,
+  UnsupportedMediaTypeResponse,
   ValidationErrorResponse
 } from "./Http/Errors.ts"
 import { ALLOWED_TEXT_PATTERN } from "./Http/RequestGuard.ts"
@@ -116,6 +117,7 @@ export class ConfirmdApi extends HttpApi.make("confirmd")
   .add(AccountApi)
   .addError(ValidationErrorResponse)
   .addError(PayloadTooLargeResponse)
+  .addError(UnsupportedMediaTypeResponse)
   .addError(NotFoundResponse)
   .addError(InternalErrorResponse)
   .annotateContext(OpenApi.annotations({

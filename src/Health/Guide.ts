@@ -40,6 +40,9 @@ Donation chains (signup and challenges): bitcoin, ethereum, binance (= bnb).
 - Payments expire after an hour (status \`EXPIRED\`); a transfer after expiry does not match.
 - Each payment consumes one event of the plan's monthly allowance; at the limit you get 429.
 - Errors: \`{"error":{"code","message","hint"}}\`; 422 puts the validation issues in \`hint\`.
+- Send only the documented body fields: an unknown field is refused (422 naming it), as is any
+  control character in a text input. Bodies over 64 KiB (by default) get 413.
+- \`callback_url\` must reach a public address; private and special-purpose ranges are refused (400).
 - Every response carries an \`X-Request-Id\` header.
 
 Full reference: /llms-full.txt. Machine-readable: /openapi.json. Interactive: /docs.

@@ -38,6 +38,7 @@ export class Forbidden extends Schema.TaggedError<Forbidden>()("Forbidden", fiel
 export class NotFound extends Schema.TaggedError<NotFound>()("NotFound", fields) {}
 export class Conflict extends Schema.TaggedError<Conflict>()("Conflict", fields) {}
 export class PayloadTooLarge extends Schema.TaggedError<PayloadTooLarge>()("PayloadTooLarge", fields) {}
+export class UnsupportedMediaType extends Schema.TaggedError<UnsupportedMediaType>()("UnsupportedMediaType", fields) {}
 export class ValidationError extends Schema.TaggedError<ValidationError>()("ValidationError", fields) {}
 export class TooManyRequests extends Schema.TaggedError<TooManyRequests>()("TooManyRequests", fields) {}
 export class UpstreamError extends Schema.TaggedError<UpstreamError>()("UpstreamError", fields) {}
@@ -49,6 +50,7 @@ export const ForbiddenResponse = enveloped(Forbidden, 403)
 export const NotFoundResponse = enveloped(NotFound, 404)
 export const ConflictResponse = enveloped(Conflict, 409)
 export const PayloadTooLargeResponse = enveloped(PayloadTooLarge, 413)
+export const UnsupportedMediaTypeResponse = enveloped(UnsupportedMediaType, 415)
 export const ValidationErrorResponse = enveloped(ValidationError, 422)
 export const TooManyRequestsResponse = enveloped(TooManyRequests, 429)
 export const UpstreamErrorResponse = enveloped(UpstreamError, 502)
@@ -63,6 +65,8 @@ export const notFound = (message: string) => new NotFound(body("not_found", mess
 export const tooManyRequests = (message: string) => new TooManyRequests(body("too_many_requests", message))
 export const upstreamError = (message: string) => new UpstreamError(body("upstream_error", message))
 export const payloadTooLarge = (message: string) => new PayloadTooLarge(body("error", message))
+export const unsupportedMediaType = (message: string) =>
+  new UnsupportedMediaType(body("error", message, "Send the body as JSON with Content-Type: application/json"))
 
 export const accountPending = new Forbidden(body(
   "account_pending",

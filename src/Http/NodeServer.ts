@@ -10,9 +10,11 @@
  *   connection: the rest of it is read and discarded, so the client gets the 413 instead of a
  *   reset, whether the body came with a `Content-Length` or chunked.
  */
+import { Effect, Metric } from "effect"
 import { randomUUID } from "node:crypto"
 import { createServer, type IncomingMessage, type Server } from "node:http"
 import type { Duplex } from "node:stream"
+import { httpRequests } from "../Ops/Metrics.ts"
 
 /** How long the rest of a refused body is read and thrown away before the connection is cut. */
 const DISCARD_SECONDS = 30
@@ -44,6 +46,11 @@ const answerClientError = (error: NodeJS.ErrnoException, socket: Duplex) => {
     return
   }
   const { status, reason, code, message } = refusal(error)
+  // Counted with the API's requests, under the route `unparsed` (the metric registry is global).
+  Effect.runSync(Metric.update(
+    httpRequests.pipe(Metric.tagged("route", "unparsed"), Metric.tagged("method", "unknown"), Metric.tagged("status", String(status))),
+    1
+  ))
   const body = JSON.stringify({ error: { code, message, hint: null } })
   socket.end(
     `HTTP/1.1 ${status} ${reason}\r\n` +

@@ -6,13 +6,13 @@
  *   name or value -- may hold a character the database or the protocol cannot carry: control characters
  *   (U+0000-U+001F, U+007F-U+009F; PostgreSQL text cannot hold U+0000 at all) or an unpaired
  *   UTF-16 surrogate (not encodable as UTF-8);
- * - a JSON body may carry only the fields its endpoint declares.
+ * - a body is JSON (415 otherwise) and carries only the fields its endpoint declares.
  *
  * Each refusal is a 422 in the spec's envelope naming the field (`loc`).
  */
 import { HttpApi, type HttpServerRequest } from "@effect/platform"
 import { Effect, Either, Option, ParseResult, Schema, type SchemaAST as AST } from "effect"
-import { validationError, type ValidationIssue } from "./Errors.ts"
+import { unsupportedMediaType, validationError, type ValidationIssue } from "./Errors.ts"
 
 /** What the guard refuses in text. Paired surrogates (astral characters) are fine. */
 export const FORBIDDEN_TEXT = /[\u0000-\u001f\u007f-\u009f]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
@@ -115,12 +115,9 @@ const decodeSegment = (segment: string): Option.Option<string> => {
   }
 }
 
-/** Body media types whose text the platform reads (and caches) itself; others are left alone. */
-const textBody = (contentType: string): "json" | "form" | "text" | undefined => {
-  if (contentType === "" || contentType.includes("application/json")) return "json"
-  if (contentType.includes("x-www-form-urlencoded")) return "form"
-  return contentType.startsWith("text/") ? "text" : undefined
-}
+/** A JSON body: the platform also reads a body without a media type as JSON. */
+const isJson = (contentType: string | undefined) =>
+  contentType === undefined || contentType.trim() === "" || contentType.toLowerCase().includes("application/json")
 
 /** Fields the body carries that its endpoint does not declare. */
 const undeclaredFields = (payload: AST.AST, body: unknown): Array<ValidationIssue> =>
@@ -171,29 +168,21 @@ export const makeRequestGuard = (api: HttpApi.HttpApi.Any) => {
       }
       if (issues.length > 0) return yield* Effect.fail(validationError(issues))
 
-      const hasBody = request.headers["content-length"] !== undefined && request.headers["content-length"] !== "0" ||
-        request.headers["transfer-encoding"] !== undefined
-      const kind = textBody((request.headers["content-type"] ?? "").toLowerCase().trim())
-      if (!hasBody || kind === undefined || request.method === "GET" || request.method === "HEAD") return
-
+      // Only an endpoint with a payload reads its body.
+      if (route === undefined || Option.isNone(route.payload) || request.method === "GET" || request.method === "HEAD") return
+      const hasBody = (request.headers["content-length"] ?? "0") !== "0" || request.headers["transfer-encoding"] !== undefined
+      if (!hasBody) return
+      // The platform would also decode forms and multipart into the payload; the API speaks JSON only.
+      if (!isJson(request.headers["content-type"])) {
+        return yield* Effect.fail(unsupportedMediaType(`Request body must be JSON, not ${request.headers["content-type"]!.slice(0, 100)}`))
+      }
       // Read through the platform, which caches the text for the handler's own decoding.
       const text = yield* request.text
-      if (kind === "text") {
-        if (FORBIDDEN_TEXT.test(text)) return yield* Effect.fail(validationError([invalidText(["body"])]))
-        return
-      }
-      if (kind === "form") {
-        for (const [key, value] of new URLSearchParams(text)) {
-          if (FORBIDDEN_TEXT.test(key) || FORBIDDEN_TEXT.test(value)) issues.push(invalidText(["body", key]))
-        }
-        if (issues.length > 0) return yield* Effect.fail(validationError(issues))
-        return
-      }
       // Not JSON: the handler's decoding answers that (422 json_invalid).
       const parsed = Either.try(() => JSON.parse(text) as unknown)
       if (Either.isLeft(parsed)) return
       issues.push(...jsonIssues(parsed.right))
-      if (issues.length === 0 && route !== undefined && Option.isSome(route.payload)) {
+      if (issues.length === 0) {
         issues.push(...undeclaredFields(route.payload.value, parsed.right))
       }
       if (issues.length > 0) return yield* Effect.fail(validationError(issues))

@@ -130,6 +130,7 @@ const arbitraryOf = (contract: Contract, input: Schema): fc.Arbitrary<unknown> =
       return fc.record(properties, { requiredKeys: schema.required ?? [] })
     }
     case "string": {
+      const minLength = schema.minLength ?? 0
       const maxLength = Math.min(schema.maxLength ?? 40, 80)
       const allowed = new RegExp(ALLOWED_TEXT_PATTERN, "u")
       const extra = [schema.pattern, ...(schema.allOf ?? []).map((s: Schema) => s.pattern)]
@@ -141,8 +142,10 @@ const arbitraryOf = (contract: Contract, input: Schema): fc.Arbitrary<unknown> =
         ? fc.oneof(fc.constantFrom(HOOK, "http://1.1.1.1:8080/x?y=1"), fc.webUrl())
         : extra.length > 0
         ? fc.stringMatching(extra[0]!)
-        : fc.oneof(fc.string({ maxLength }), fc.string({ unit: "grapheme", maxLength }))
-      return base.filter((s) => s.length <= (schema.maxLength ?? Infinity) && allowed.test(s) && extra.every((re) => re.test(s)))
+        : fc.oneof(fc.string({ minLength, maxLength }), fc.string({ unit: "grapheme", minLength, maxLength }))
+      return base.filter((s) =>
+        s.length >= minLength && s.length <= (schema.maxLength ?? Infinity) && allowed.test(s) && extra.every((re) => re.test(s))
+      )
     }
     default:
       return fc.anything()
