@@ -3,12 +3,12 @@
  * endpoints are covered without a list to maintain):
  *
  * - no text input -- path segment, query parameter, a header the service reads, body field
- *   name or value -- may hold a character the database or the protocol cannot carry: control characters
- *   (U+0000-U+001F, U+007F-U+009F; PostgreSQL text cannot hold U+0000 at all) or an unpaired
- *   UTF-16 surrogate (not encodable as UTF-8);
- * - a body is JSON (415 otherwise) and carries only the fields its endpoint declares.
- *
- * Each refusal is a 422 in the spec's envelope naming the field (`loc`).
+ *   name or value -- may hold a character the database or the protocol cannot carry: control
+ *   characters (U+0000-U+001F, U+007F-U+009F; PostgreSQL text cannot hold U+0000 at all) or an
+ *   unpaired UTF-16 surrogate (not encodable as UTF-8); a JSON body nests at most
+ *   `MAX_JSON_DEPTH` levels. Refused with 422 in the spec's envelope naming the field (`loc`);
+ * - a body is JSON (415 otherwise) and carries only the fields its endpoint declares (422
+ *   naming each other field).
  */
 import { HttpApi, type HttpServerRequest } from "@effect/platform"
 import { Effect, Either, Option, ParseResult, Schema, type SchemaAST as AST } from "effect"
