@@ -134,6 +134,10 @@ layer(App.layer(), { excludeTestServices: true })("hostile input", (it) => {
         ["empty", ""],
         ["a JSON string", "\"ethereum\""],
         ["deeply nested", `{"chain":${"[".repeat(20_000)}${"]".repeat(20_000)}}`],
+        ["a byte-order mark", `\ufeff${JSON.stringify(payment())}`],
+        ["a __proto__ field", `{"__proto__":{"admin":true},"usd_amount":"5","chain":"ethereum","callback_url":"${HOOK}"}`],
+        ["a constructor field", `{"constructor":{"prototype":{}},"usd_amount":"5","chain":"ethereum","callback_url":"${HOOK}"}`],
+        ["trailing garbage", `${JSON.stringify(payment())}xyz`],
         ["deeply nested array", `${"[".repeat(30_000)}${"]".repeat(30_000)}`],
         ["invalid UTF-8", Buffer.from([0x7b, 0x22, 0xff, 0xfe, 0x22, 0x7d]).toString("latin1")]
       ] as const) {
