@@ -23,6 +23,7 @@ import { KafkaLive } from "../src/EventLog/Kafka.ts"
 import { assembleBlocks, blocksTopic } from "../src/Ingest/BlockMessage.ts"
 import { IngestersLive } from "../src/Ingest/ChainIngester.ts"
 import { IngesterRegistry } from "../src/Ingest/IngesterRegistry.ts"
+import { Supervisor } from "../src/Supervision/Supervisor.ts"
 
 const transfersPerBlock = 200
 /** anvil's first dev account, unlocked: anvil signs its transactions. */
@@ -108,7 +109,7 @@ const measure = (kind: "embedded" | "kafka", url: string, first: bigint, last: b
       Effect.forkScoped
     )
     const started = performance.now()
-    yield* Layer.build(IngestersLive.pipe(Layer.provide(Layer.succeedContext(base)), Layer.provide(config)))
+    yield* Layer.build(IngestersLive.pipe(Layer.provide(Supervisor.Default), Layer.provide(Layer.succeedContext(base)), Layer.provide(config)))
     yield* Deferred.await(done)
     const seconds = (performance.now() - started) / 1000
     const blocks = Number(last - first + 1n)

@@ -29,11 +29,12 @@ import { EmbeddedLive } from "../src/EventLog/Embedded.ts"
 import { EventLog } from "../src/EventLog/EventLog.ts"
 import { KafkaLive } from "../src/EventLog/Kafka.ts"
 import { type BlockRecord, outgoing } from "../src/Ingest/BlockMessage.ts"
-import { ConfirmationsLive } from "../src/Matcher/Consumer.ts"
+import { ConfirmationsLive } from "../src/main.ts"
 import { Matcher } from "../src/Matcher/Matcher.ts"
 import { dispatcherSettingsConfig } from "../src/Webhooks/WebhookDispatcher.ts"
 import { WebhookReceiver } from "../test/support/WebhookReceiver.ts"
 import { freshDatabase, insertWatches, makeBlock, transfersPerBlock } from "./matcher.ts"
+import { Supervisor } from "../src/Supervision/Supervisor.ts"
 
 type LogKind = "embedded" | "kafka"
 
@@ -111,6 +112,7 @@ const measure = (layer: LogKind, s: Settings) =>
 
     const context = yield* Layer.build(
       ConfirmationsLive.pipe(
+        Layer.provide(Supervisor.Default),
         Layer.provide(Layer.succeedContext(base)),
         Layer.provide(config)
       )

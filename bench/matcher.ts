@@ -27,6 +27,8 @@ import { KafkaLive } from "../src/EventLog/Kafka.ts"
 import { type BlockRecord, outgoing } from "../src/Ingest/BlockMessage.ts"
 import { MatcherLive } from "../src/Matcher/Consumer.ts"
 import { Matcher } from "../src/Matcher/Matcher.ts"
+import { Supervisor } from "../src/Supervision/Supervisor.ts"
+import { Outbox } from "../src/Outbox/Outbox.ts"
 
 type Mode = "direct" | "embedded" | "kafka"
 
@@ -154,14 +156,14 @@ const measure = (mode: Mode, s: Settings, blocks: ReadonlyArray<BlockRecord>) =>
     const last = blocks[blocks.length - 1]!.number
     let started: number
     if (mode === "direct") {
-      const matcher = yield* Matcher.pipe(Effect.provide(Matcher.Default.pipe(Layer.provide(Layer.succeedContext(base)), Layer.provide(config))))
+      const matcher = yield* Matcher.pipe(Effect.provide(Matcher.Default.pipe(Layer.provide(Outbox.Default), Layer.provide(Layer.succeedContext(base)), Layer.provide(config))))
       started = performance.now()
       for (const block of blocks) yield* matcher.apply(block)
     } else {
       const eventLog = Context.get(base, EventLog)
       yield* eventLog.publish(outgoing(eventLog, blocks))
       started = performance.now()
-      const context = yield* Layer.build(MatcherLive.pipe(Layer.provide(Layer.succeedContext(base)), Layer.provide(config)))
+      const context = yield* Layer.build(MatcherLive.pipe(Layer.provide(Layer.mergeAll(Supervisor.Default, Outbox.Default)), Layer.provide(Layer.succeedContext(base)), Layer.provide(config)))
       yield* Context.get(context, Matcher).changes.pipe(
         Stream.takeUntil((statuses) => statuses.get("ethereum")?.cursor?.number === last),
         Stream.runDrain

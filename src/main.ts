@@ -13,19 +13,31 @@ import { MonitorState } from "./Health/MonitorState.ts"
 import { HttpLive, nodeServer } from "./Http/Server.ts"
 import { IngestersLive } from "./Ingest/ChainIngester.ts"
 import { IngesterRegistry } from "./Ingest/IngesterRegistry.ts"
-import { ConfirmationsLive } from "./Matcher/Consumer.ts"
+import { MatcherLive } from "./Matcher/Consumer.ts"
+import { Outbox } from "./Outbox/Outbox.ts"
 import { Payments } from "./Payments/Payments.ts"
 import { PriceOracle } from "./Price/PriceOracle.ts"
+import { Supervisor } from "./Supervision/Supervisor.ts"
 import { ExpirySweeperLive } from "./Watches/ExpirySweeper.ts"
 import { Watches } from "./Watches/Watches.ts"
+import { OutboxRelayLive } from "./Webhooks/OutboxRelay.ts"
+import { WebhookDispatcherLive } from "./Webhooks/WebhookDispatcher.ts"
 
 /** Marks the monitor as running once every background fiber it depends on has started. */
 const MonitorRunningLive = Layer.effectDiscard(Effect.flatMap(MonitorState, (monitor) => monitor.markRunning))
 
 /**
- * The monitor: expiry, ingestion, matching and delivery. Confirmations leave through the
- * webhook dispatcher and the outbox relay, which the matcher wakes after each commit. The
- * matcher stays visible to the HTTP layer, whose /metrics and /ops/status report it.
+ * From the block topics to the callbacks and the confirmations topic: the matcher writes
+ * through the `Outbox`, which wakes the webhook dispatcher and the relay after each commit.
+ * Exported for the latency bench, which runs exactly this.
+ */
+export const ConfirmationsLive = Layer.mergeAll(MatcherLive, WebhookDispatcherLive, OutboxRelayLive).pipe(
+  Layer.provideMerge(Outbox.Default)
+)
+
+/**
+ * The monitor: expiry, ingestion, matching and delivery, each loop run by the `Supervisor`.
+ * The matcher stays visible to the HTTP layer, whose /metrics and /ops/status report it.
  */
 const MonitorLive = Layer.mergeAll(ExpirySweeperLive, IngestersLive, ConfirmationsLive)
 
@@ -34,7 +46,14 @@ const BackgroundLive = MonitorRunningLive.pipe(Layer.provideMerge(MonitorLive))
 const ServicesLive = Layer.mergeAll(Payments.Default, Signup.Default, Challenges.Default).pipe(
   Layer.provideMerge(Layer.mergeAll(Accounts.Default, Addresses.Default, Watches.Default, DonationAddresses.Default)),
   Layer.provideMerge(
-    Layer.mergeAll(PriceOracle.Default, ChainClients.Default, MonitorState.Default, IngesterRegistry.Default, EventLogLive)
+    Layer.mergeAll(
+      PriceOracle.Default,
+      ChainClients.Default,
+      MonitorState.Default,
+      IngesterRegistry.Default,
+      Supervisor.Default,
+      EventLogLive
+    )
   ),
   Layer.provideMerge(DatabaseLive)
 )

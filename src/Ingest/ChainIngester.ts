@@ -17,9 +17,11 @@
  * for the next block); otherwise (same block, or a height no longer kept) the ingester
  * waits for the node, and the parent check decides once it passes the cursor.
  *
- * Failures (node down, EventLog or database errors, defects) are logged with the chain and
- * the error, counted in the `IngesterRegistry`, and the ingester starts again from its
- * cursor after a jittered exponential backoff: 500 ms doubling to 30 s, reset by progress.
+ * Failures (node down, EventLog or database errors, defects) are incidents of the supervised
+ * `ingester <chain>` fiber (Supervision/): logged with the chain and the error, counted here
+ * and in the `IngesterRegistry`, and the ingester starts again from its cursor after the
+ * supervisor's capped backoff (at most `RESTART_BACKOFF_MAX_MS`, 4 s), reset by progress, so
+ * a node that answers again is used within that.
  *
  * Configuration:
  * - `INGEST_CONCURRENCY` (8): blocks fetched at once while catching up.
@@ -28,14 +30,15 @@
  *   clamped to 250 ms .. 10 s: the wait between polls once caught up.
  * - `START_BLOCK_<CHAIN>`: where a chain without a cursor starts (default: the node's head).
  */
-import { Cause, Config, ConfigError, Duration, Effect, Either, Layer, Option, Predicate, Random, Ref, Stream } from "effect"
+import { Config, ConfigError, Duration, Effect, Either, Layer, Option, Stream } from "effect"
 import { type ChainBlock, ChainClients } from "../Chains/ChainClients.ts"
 import { type ChainName, chains } from "../Domain/Chain.ts"
 import { EventLog } from "../EventLog/EventLog.ts"
-import { ChainLocks } from "../Ops/ChainLocks.ts"
+import { ChainLocks } from "./ChainLocks.ts"
 import { blockRecords, type BlockRef, blocksTopic, outgoing, type ReorgRecord } from "./BlockMessage.ts"
 import { IngestCursors, type Tip } from "./Cursor.ts"
 import { IngesterRegistry } from "./IngesterRegistry.ts"
+import { Supervisor } from "../Supervision/Supervisor.ts"
 
 export interface IngestSettings {
   readonly concurrency: number
@@ -72,24 +75,6 @@ export const ingestSettingsConfig = (chain: ChainName): Config.Config<IngestSett
   })
 }
 
-/** `<tag>: <message>` of the failure, for logs and the registry. */
-const describeCause = (cause: Cause.Cause<unknown>): string => {
-  const error = Cause.squash(cause)
-  if (Predicate.hasProperty(error, "message") && typeof error.message === "string") {
-    return Predicate.hasProperty(error, "_tag") && typeof error._tag === "string"
-      ? `${error._tag}: ${error.message}`
-      : error.message
-  }
-  return String(error)
-}
-
-/** 500 ms doubling per consecutive failure, at most 30 s, ±20 %. */
-const backoff = (failures: number) =>
-  Effect.map(
-    Random.nextRange(0.8, 1.2),
-    (jitter) => Duration.millis(Math.round(Math.min(30_000, 500 * 2 ** failures) * jitter))
-  )
-
 /** Runs the ingester of `chain` until interrupted, starting again after every failure. */
 export const runIngester = (chain: ChainName, settings: IngestSettings) =>
   Effect.gen(function*() {
@@ -99,11 +84,10 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
     const registry = yield* IngesterRegistry
     const topic = blocksTopic(eventLog, chain)
     const batch = BigInt(settings.concurrency * 16)
-    const failures = yield* Ref.make(0)
-    const progressed = Ref.set(failures, 0)
+    const supervisor = yield* Supervisor
 
     /** One run from the stored cursor; fails on the first error. */
-    const attempt = Effect.gen(function*() {
+    const attempt = (progressed: Effect.Effect<void>) => Effect.gen(function*() {
       yield* eventLog.ensureTopics([{ name: topic, partitions: 1 }])
       const stored = Option.getOrNull(yield* cursors.tip(chain))
       if (stored !== null && stored.hash !== null) {
@@ -223,24 +207,10 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
       }
     })
 
-    return yield* attempt.pipe(
-      Effect.catchAllCause((cause) =>
-        Effect.gen(function*() {
-          const delay = yield* Effect.flatMap(Ref.getAndUpdate(failures, (n) => n + 1), backoff)
-          const error = describeCause(cause)
-          yield* Effect.logError("ingester failed; starting again after a backoff", cause).pipe(
-            Effect.annotateLogs({ error, retryInMs: Duration.toMillis(delay) })
-          )
-          yield* registry.update(chain, (s) => ({
-            ...s,
-            state: "backing-off",
-            lastError: error,
-            restarts: s.restarts + 1
-          }))
-          yield* Effect.sleep(delay)
-        })
-      ),
-      Effect.forever,
+    return yield* supervisor.supervise({ name: `ingester ${chain}`, kind: "ingester" }, attempt, {
+      onIncident: (error) =>
+        registry.update(chain, (s) => ({ ...s, state: "backing-off", lastError: error, restarts: s.restarts + 1 }))
+    }).pipe(
       Effect.ensuring(registry.update(chain, (s) => ({ ...s, state: "stopped" }))),
       Effect.annotateLogs({ component: "ingester", chain })
     )
@@ -248,7 +218,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
 
 /**
  * Runs one supervised ingester per enabled chain whose lock this replica holds (every chain
- * in the embedded mode, see Ops/ChainLocks.ts) for the life of the layer; fails to build on
+ * in the embedded mode, see ./ChainLocks.ts) for the life of the layer; fails to build on
  * invalid ingest or lock configuration. Needs ChainClients, EventLog, IngesterRegistry and
  * the SQL client (migrated).
  */

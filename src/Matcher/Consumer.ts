@@ -10,18 +10,20 @@
  * gathered (up to `MATCHER_BATCH_BLOCKS`, default 50) and applied together in the next one:
  * no delay when the matcher keeps up, one commit flush per batch when it catches up.
  *
+ * After each commit the `Outbox` is told, which wakes the webhook dispatcher and the relay.
+ *
  * Any failure (event log, database, an undecodable message, a defect) or an unexpected end
- * ends the subscription; it is logged with the chain and block, and the consumer subscribes
- * again after a capped exponential delay (0.5 s doubling to 30 s, reset by progress) from the
- * committed offsets, so the failed messages are applied again. Nothing is skipped: a message
- * that cannot be applied holds the matcher back (loudly) rather than being lost.
+ * ends the subscription; the `Supervisor` logs it and subscribes again after its capped
+ * backoff, from the committed offsets, so the failed messages are applied again. Nothing is
+ * skipped: a message that cannot be applied holds the matcher back (loudly) rather than
+ * being lost.
  */
-import { Cause, Chunk, Config, Duration, Effect, GroupBy, Layer, Option, Ref, Sink, Stream } from "effect"
+import { Chunk, Config, Effect, GroupBy, Layer, Sink, Stream } from "effect"
 import { enabledChainsConfig } from "../Chains/ChainClients.ts"
 import { EventLog } from "../EventLog/EventLog.ts"
 import { assembleBlocks, type BlockEvent, blocksTopic } from "../Ingest/BlockMessage.ts"
-import { OutboxRelay, OutboxRelayLive } from "../Webhooks/OutboxRelay.ts"
-import { WebhookDispatcher, WebhookDispatcherLive } from "../Webhooks/WebhookDispatcher.ts"
+import { Outbox } from "../Outbox/Outbox.ts"
+import { Supervisor } from "../Supervision/Supervisor.ts"
 import { type ApplyOutcome, Matcher } from "./Matcher.ts"
 
 /** `MATCHER_GROUP_ID` (default `confirmd-matcher`): the consumer group of the blocks topics. */
@@ -32,13 +34,6 @@ export const MatcherBatchBlocks = Config.integer("MATCHER_BATCH_BLOCKS").pipe(
   Config.withDefault(50),
   Config.validate({ message: "MATCHER_BATCH_BLOCKS must be at least 1", validation: (n) => n >= 1 })
 )
-
-const firstRetry = Duration.millis(500)
-const maxRetry = Duration.seconds(30)
-
-/** Delay before subscribing again after `failures` consecutive failures (0-based): 0.5 s doubling, capped at 30 s. */
-export const retryDelay = (failures: number): Duration.Duration =>
-  Duration.min(Duration.times(firstRetry, 2 ** Math.min(failures, 16)), maxRetry)
 
 /** One line per committed state change, carrying the id of what changed. */
 const logChanges = (outcome: ApplyOutcome) =>
@@ -63,28 +58,21 @@ export const makeMatcherLoop = Effect.gen(function*() {
   const groupId = yield* MatcherGroupId
   const batchBlocks = yield* MatcherBatchBlocks
   const topics = chains.map((chain) => blocksTopic(eventLog, chain))
-  const failures = yield* Ref.make(0)
-  // Where they run in this process, the dispatcher and the relay hear of new rows at once
-  // rather than on their next poll.
-  const dispatcher = yield* Effect.serviceOption(WebhookDispatcher)
-  const relay = yield* Effect.serviceOption(OutboxRelay)
-  const wakeDelivery = Effect.zipRight(
-    Option.match(dispatcher, { onNone: () => Effect.void, onSome: (d) => d.wake }),
-    Option.match(relay, { onNone: () => Effect.void, onSome: (r) => r.wake })
-  )
+  const outbox = yield* Outbox
+  const supervisor = yield* Supervisor
 
   const heightOf = (event: BlockEvent) =>
     (event.message.type === "block" ? event.message.number : event.message.fromNumber).toString()
 
   /** A run of consecutive events of one partition. */
-  const process = (events: Chunk.NonEmptyChunk<BlockEvent>) => {
+  const process = (progress: Effect.Effect<void>) => (events: Chunk.NonEmptyChunk<BlockEvent>) => {
     const first = Chunk.headNonEmpty(events)
     const last = Chunk.lastNonEmpty(events)
     return matcher.applyAll(Chunk.toReadonlyArray(Chunk.map(events, (event) => event.message))).pipe(
       // The transaction has committed: only now may the offset move past the messages.
-      Effect.zipLeft(wakeDelivery),
+      Effect.zipLeft(outbox.committed),
       Effect.zipLeft(last.source.commit),
-      Effect.tap((outcomes) => Effect.zipRight(Ref.set(failures, 0), Effect.forEach(outcomes, matcher.record))),
+      Effect.tap((outcomes) => Effect.zipRight(progress, Effect.forEach(outcomes, matcher.record))),
       Effect.tap((outcomes) => Effect.forEach(outcomes, logChanges, { discard: true })),
       Effect.tapErrorCause((cause) => Effect.logWarning("applying block messages failed", cause)),
       Effect.annotateLogs({
@@ -95,54 +83,36 @@ export const makeMatcherLoop = Effect.gen(function*() {
     )
   }
 
-  const consume = eventLog.subscribe({ groupId, topics }).pipe(
+  const consume = (progress: Effect.Effect<void>) =>
+    eventLog.subscribe({ groupId, topics }).pipe(
     Stream.groupByKey((message) => `${message.partition}:${message.topic}`),
     GroupBy.evaluate((_key, messages) =>
       messages.pipe(
         assembleBlocks,
         Stream.aggregate(Sink.collectAllN<BlockEvent>(batchBlocks)),
         Stream.filter(Chunk.isNonEmpty),
-        Stream.mapEffect(process)
+        Stream.mapEffect(process(progress))
       )
     ),
     Stream.runDrain
   )
 
-  const once = Effect.zipRight(matcher.recordStarted(chains), consume).pipe(
-    Effect.zipRight(Effect.dieMessage("the blocks subscription ended")),
-    Effect.catchAllCause((cause) =>
-      Cause.isInterruptedOnly(cause) ? Effect.failCause(cause) : Effect.gen(function*() {
-        const count = yield* Ref.getAndUpdate(failures, (n) => n + 1)
-        const delay = retryDelay(count)
-        yield* matcher.recordFailure(chains, Cause.pretty(cause).split("\n")[0] ?? "failure")
-        yield* Effect.logError("matcher consumer failed; subscribing again", cause).pipe(
-          Effect.annotateLogs({ retryInMs: Duration.toMillis(delay), consecutiveFailures: count + 1 })
-        )
-        yield* Effect.sleep(delay)
-      })
-    )
-  )
-
   return Effect.logInfo("matcher starting").pipe(
     Effect.annotateLogs({ groupId, chains: chains.join(",") }),
-    Effect.zipRight(Effect.forever(once)),
+    Effect.zipRight(supervisor.supervise(
+      { name: "matcher", kind: "matcher" },
+      (progress) => Effect.zipRight(matcher.recordStarted(chains), consume(progress)),
+      { onIncident: (error) => matcher.recordFailure(chains, error) }
+    )),
     Effect.annotateLogs({ component: "matcher" })
   )
 })
 
 /**
  * Runs the matcher for the layer's lifetime and provides `Matcher` (its figures, for
- * /metrics). Requires `EventLog` and `SqlClient` (migrated); reads `CHAINS`,
- * `CONFIRMATIONS_REQUIRED`, `MATCHER_GROUP_ID`, `MATCHER_BATCH_BLOCKS`.
+ * /metrics). Requires `EventLog`, `SqlClient` (migrated), `Outbox` and `Supervisor`; reads
+ * `CHAINS`, `CONFIRMATIONS_REQUIRED`, `MATCHER_GROUP_ID`, `MATCHER_BATCH_BLOCKS`.
  */
 export const MatcherLive = Layer.scopedDiscard(Effect.flatMap(makeMatcherLoop, Effect.forkScoped)).pipe(
   Layer.provideMerge(Matcher.Default)
-)
-
-/**
- * The matcher with the dispatcher and the relay it wakes after each commit: everything from
- * the block topics to the webhooks and the confirmation topic.
- */
-export const ConfirmationsLive = MatcherLive.pipe(
-  Layer.provideMerge(Layer.mergeAll(WebhookDispatcherLive, OutboxRelayLive))
 )

@@ -28,6 +28,7 @@ import type { SqlError } from "@effect/sql/SqlError"
 import { Clock, DateTime, Effect, SubscriptionRef } from "effect"
 import { type ChainName, chainOfDonationChain, chains, type DonationChainName } from "../Domain/Chain.ts"
 import { formatSmallest } from "../Domain/Money.ts"
+import { Outbox } from "../Outbox/Outbox.ts"
 import type { BlockMessage, BlockRecord, BlockRef, ReorgRecord } from "../Ingest/BlockMessage.ts"
 import {
   challengeDelivery,
@@ -188,6 +189,7 @@ const skipped = (chain: ChainName, type: "block" | "reorg", number: bigint, tran
 export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    const outbox = yield* Outbox
     const required = yield* ConfirmationsRequired
     const statusRef = yield* SubscriptionRef.make<ReadonlyMap<ChainName, MatcherStatus>>(new Map())
 
@@ -228,20 +230,6 @@ export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
         SELECT id, account_id, chain, address, amount_smallest, usd_amount, callback_url, tx_hash,
                block_number, block_hash, confirmations
         FROM counted WHERE status = 'PAID'`
-
-    /** Both outboxes in one statement; an event id already present is left as it is. */
-    const writeOutboxes = (deliveries: ReadonlyArray<DeliveryRow>, events: ReadonlyArray<OutboxRow>) =>
-      deliveries.length === 0 && events.length === 0 ? Effect.void : sql`
-        WITH delivered AS (
-          INSERT INTO webhook_deliveries (id, url, payload)
-          SELECT * FROM unnest(${deliveries.map((row) => row.id)}::text[], ${deliveries.map((row) => row.url)}::text[],
-                               ${deliveries.map((row) => JSON.stringify(row.payload))}::jsonb[])
-          ON CONFLICT (id) DO NOTHING
-        )
-        INSERT INTO outbox_events (id, key, type, payload)
-        SELECT * FROM unnest(${events.map((row) => row.id)}::text[], ${events.map((row) => row.key)}::text[],
-                             ${events.map((row) => row.type)}::text[], ${events.map((row) => JSON.stringify(row.payload))}::jsonb[])
-        ON CONFLICT (id) DO NOTHING`.pipe(Effect.asVoid)
 
     const paidEvents = (rows: ReadonlyArray<PaidRow>, occurredAt: Date) => {
       const deliveries: Array<DeliveryRow> = []
@@ -395,7 +383,7 @@ export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
             }
           }
         }
-        yield* writeOutboxes(deliveries, events)
+        yield* outbox.write(deliveries, events)
         return {
           chain: block.chain,
           type: "block",
@@ -470,7 +458,7 @@ export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
             )
           }
         }
-        yield* writeOutboxes([], events)
+        yield* outbox.write([], events)
         if (events.length > 0) {
           yield* Effect.logWarning(`${events.length} PAID payment(s) reorged out; they stay PAID`)
         }

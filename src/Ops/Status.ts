@@ -16,8 +16,8 @@ import { blocksTopic } from "../Ingest/BlockMessage.ts"
 import { type IngesterState, IngesterRegistry } from "../Ingest/IngesterRegistry.ts"
 import { MatcherGroupId } from "../Matcher/Consumer.ts"
 import { Matcher, type MatcherStatus } from "../Matcher/Matcher.ts"
-import { chainLockKey, LOCK_APPLICATION_PREFIX, LOCK_NAMESPACE, type LockMode, lockSettingsConfig } from "./ChainLocks.ts"
-import { ReplicaIdentity } from "./ReplicaIdentity.ts"
+import { chainLockKey, LOCK_APPLICATION_PREFIX, LOCK_NAMESPACE, type LockMode, lockSettingsConfig } from "../Ingest/ChainLocks.ts"
+import { ReplicaIdentity } from "../Supervision/ReplicaIdentity.ts"
 
 const SOURCE_TIMEOUT = Duration.seconds(3)
 

@@ -7,6 +7,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Config, Duration, Effect, Layer, Schedule } from "effect"
+import { Supervisor } from "../Supervision/Supervisor.ts"
 
 export const sweepExpired = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
@@ -43,17 +44,23 @@ export const sweepExpired = Effect.gen(function*() {
     UNION ALL SELECT 'challenge', count(*)::text FROM challenges_expired`.pipe(sql.withTransaction)
 })
 
-/** A supervised fiber for the program's lifetime; a failed sweep is logged and tried again. */
+/**
+ * Sweeps every `EXPIRY_SWEEP_SECONDS` (5) for the program's lifetime, as the supervised
+ * `expiry-sweeper` fiber: a failed sweep is an incident and the sweeper starts again.
+ */
 export const ExpirySweeperLive = Layer.scopedDiscard(
   Effect.gen(function*() {
     const every = yield* Config.integer("EXPIRY_SWEEP_SECONDS").pipe(Config.withDefault(5))
+    const supervisor = yield* Supervisor
     const sweep = sweepExpired.pipe(
       Effect.tap((rows) => {
         const total = rows.reduce((sum, row) => sum + Number(row.expired), 0)
         return total > 0 ? Effect.logInfo(`expired ${total}`, rows) : Effect.void
-      }),
-      Effect.catchAllCause((cause) => Effect.logWarning("expiry sweep failed", cause))
+      })
     )
-    yield* Effect.forkScoped(Effect.repeat(sweep, Schedule.spaced(Duration.seconds(every))))
+    yield* Effect.forkScoped(supervisor.supervise(
+      { name: "expiry-sweeper", kind: "expiry-sweeper" },
+      (progress) => Effect.repeat(Effect.zipRight(sweep, progress), Schedule.spaced(Duration.seconds(every)))
+    ))
   })
 )

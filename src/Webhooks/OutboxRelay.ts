@@ -8,10 +8,15 @@
  *
  * One relay publishes at a time across replicas (a transaction-scoped advisory lock held
  * while a batch is published and marked), so records of one key never overtake each other.
+ *
+ * The loop is supervised: a failed batch, including a defect such as a COMMIT on a
+ * terminated connection, restarts it after the supervisor's backoff (Supervision/).
  */
 import { SqlClient } from "@effect/sql"
-import { Config, Context, Duration, Effect, Layer, Metric, Queue, Schedule } from "effect"
+import { Config, Context, Duration, Effect, Layer, Metric, Queue } from "effect"
 import { EventLog } from "../EventLog/EventLog.ts"
+import { Outbox } from "../Outbox/Outbox.ts"
+import { Supervisor } from "../Supervision/Supervisor.ts"
 
 export const confirmationsTopicSuffix = "confirmations"
 
@@ -58,6 +63,8 @@ const makeRelay = Effect.gen(function*() {
   const settings = yield* relaySettingsConfig
   const sql = yield* SqlClient.SqlClient
   const eventLog = yield* EventLog
+  const outbox = yield* Outbox
+  const supervisor = yield* Supervisor
   const topic = eventLog.topicName(confirmationsTopicSuffix)
   yield* eventLog.ensureTopics([{ name: topic }])
 
@@ -87,18 +94,20 @@ const makeRelay = Effect.gen(function*() {
     return rows.length === settings.batchSize
   }).pipe(sql.withTransaction)
 
-  const waitForWork = Effect.raceFirst(Queue.take(signal), Effect.sleep(settings.pollInterval))
+  const waitForWork = Effect.raceAll([Queue.take(signal), outbox.eventsWritten, Effect.sleep(settings.pollInterval)])
 
-  yield* relayBatch.pipe(
-    Effect.tapErrorCause((cause) => Effect.logWarning("publishing outbox events failed", cause)),
-    Effect.retry(Schedule.exponential("500 millis").pipe(Schedule.union(Schedule.spaced("10 seconds")))),
-    Effect.flatMap((more) => (more ? Effect.void : waitForWork)),
-    Effect.forever,
-    Effect.forkScoped
-  )
+  yield* Effect.forkScoped(supervisor.supervise(
+    { name: "outbox-relay", kind: "outbox-relay" },
+    (progress) =>
+      relayBatch.pipe(
+        Effect.zipLeft(progress),
+        Effect.flatMap((more) => (more ? Effect.void : waitForWork)),
+        Effect.forever
+      )
+  ))
 
   return OutboxRelay.of({ wake })
 })
 
-/** The relay's fiber for the lifetime of the layer's scope (needs `SqlClient` and `EventLog`). */
+/** The relay's fiber for the lifetime of the layer's scope (needs `SqlClient`, `EventLog`, `Outbox`, `Supervisor`). */
 export const OutboxRelayLive = Layer.scoped(OutboxRelay, makeRelay)

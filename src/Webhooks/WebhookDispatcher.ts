@@ -10,8 +10,14 @@
  * - After the last failed attempt the row becomes `dropped` and is logged; nothing retries it.
  *
  * Replicas share the table: a due row is claimed with `FOR UPDATE SKIP LOCKED` and leased by
- * moving `next_attempt_at` past the longest possible attempt; an outcome is recorded only if
- * `attempts` is still what was claimed, so a stale attempt never overwrites a newer one.
+ * moving `next_attempt_at` `WEBHOOK_LEASE_SECONDS` (10) ahead; the lease is renewed every
+ * quarter of that while the attempt runs, so the deliveries of a replica that died are
+ * attempted again by another one within the lease (plus a poll). An outcome is recorded only
+ * if `attempts` is still what was claimed, so a stale attempt never overwrites a newer one.
+ * Recording an attempt is retried until it succeeds: a callback answered 2xx is not POSTed
+ * again because the database connection dropped while its outcome was written.
+ *
+ * Claiming and lease renewal are supervised loops (Supervision/).
  *
  * The target is checked before every attempt (`checkCallbackUrl`) and, unless private
  * networks are allowed, every address the connection resolves to is checked again at connect
@@ -21,6 +27,7 @@ import { HttpClient, HttpClientRequest } from "@effect/platform"
 import { NodeHttpClient } from "@effect/platform-node"
 import { SqlClient } from "@effect/sql"
 import {
+  Cause,
   Chunk,
   Config,
   Context,
@@ -36,6 +43,8 @@ import {
   Ref,
   Schedule
 } from "effect"
+import { Outbox } from "../Outbox/Outbox.ts"
+import { Supervisor } from "../Supervision/Supervisor.ts"
 import { lookup as dnsLookup } from "node:dns"
 import type { LookupAddress, LookupOptions } from "node:dns"
 import type { LookupFunction } from "node:net"
@@ -70,6 +79,8 @@ export interface DispatcherSettings {
   readonly pollInterval: Duration.Duration
   /** Attempts in flight at once (`WEBHOOK_CONCURRENCY`, default 16). */
   readonly concurrency: number
+  /** How long a claimed row stays leased without renewal (`WEBHOOK_LEASE_SECONDS`, default 10). */
+  readonly lease: Duration.Duration
 }
 
 const positive = { message: "must be positive", validation: (n: number) => n > 0 }
@@ -86,8 +97,16 @@ export const dispatcherSettingsConfig: Config.Config<DispatcherSettings> = Confi
     Config.withDefault(200),
     Config.map(Duration.millis)
   ),
-  concurrency: Config.integer("WEBHOOK_CONCURRENCY").pipe(Config.validate(positive), Config.withDefault(16))
+  concurrency: Config.integer("WEBHOOK_CONCURRENCY").pipe(Config.validate(positive), Config.withDefault(16)),
+  lease: Config.number("WEBHOOK_LEASE_SECONDS").pipe(
+    Config.validate({ message: "must be at least 2", validation: (n) => n >= 2 }),
+    Config.withDefault(10),
+    Config.map(Duration.seconds)
+  )
 })
+
+/** Recording an outcome is tried again until it sticks: 100 ms doubling, at most 2 s apart. */
+const recordRetry = Schedule.exponential("100 millis").pipe(Schedule.union(Schedule.spaced("2 seconds")))
 
 // ---------------------------------------------------------------------------------------
 // Outcomes
@@ -188,6 +207,8 @@ export const publicOnlyLookup: LookupFunction = (hostname, options, callback) =>
 const makeDispatcher = Effect.gen(function*() {
   const settings = yield* dispatcherSettingsConfig
   const sql = yield* SqlClient.SqlClient
+  const outbox = yield* Outbox
+  const supervisor = yield* Supervisor
   const client = (yield* HttpClient.HttpClient).pipe(
     HttpClient.mapRequest(HttpClientRequest.setHeader("user-agent", "confirmd-webhooks/1")),
     // Only the status matters: the attempt's scope ends the request, body unread.
@@ -197,10 +218,19 @@ const makeDispatcher = Effect.gen(function*() {
   const signal = yield* Queue.sliding<void>(1)
   const wake = Queue.offer(signal, undefined).pipe(Effect.asVoid)
   const fibers = yield* FiberSet.make()
-  /** Ids with an attempt running here: never start a second one for the same delivery. */
-  const inFlight = new Set<string>()
-  // The lease outlasts any attempt (bounded by the timeout) plus the time to record it.
-  const leaseSeconds = Duration.toSeconds(settings.timeout) + 30
+  /** Attempts running here, id → attempts made before: never start a second one for the same delivery. */
+  const inFlight = new Map<string, number>()
+  const leaseSeconds = Duration.toSeconds(settings.lease)
+
+  /** Moves the lease of every attempt running here forward. */
+  const renewLeases = Effect.suspend(() => {
+    const running = [...inFlight]
+    return running.length === 0 ? Effect.void : sql`
+      UPDATE webhook_deliveries d
+      SET next_attempt_at = now() + make_interval(secs => ${leaseSeconds}::double precision)
+      FROM unnest(${running.map(([id]) => id)}::text[], ${running.map(([, attempts]) => attempts)}::int4[]) AS r(id, attempts)
+      WHERE d.id = r.id AND d.attempts = r.attempts AND d.status = 'pending'`.pipe(Effect.asVoid)
+  })
 
   const claim = (limit: number) =>
     sql<DueDelivery>`
@@ -257,35 +287,55 @@ const makeDispatcher = Effect.gen(function*() {
       )
     )
 
+  /**
+   * Writes the attempt's outcome: once without interruption (a shutdown does not cut it off
+   * between the answer and the write), then until it succeeds.
+   */
+  const recordAttempt = <A, E>(write: Effect.Effect<A, E>) => {
+    const persistently = Effect.sandbox(write).pipe(
+      Effect.tapError((cause) => Effect.logWarning("recording a webhook attempt failed; trying again", cause)),
+      Effect.retry(recordRetry),
+      Effect.unsandbox
+    )
+    return Effect.uninterruptibleMask((restore) => Effect.catchAllCause(write, () => restore(persistently)))
+  }
+
   const deliver = (delivery: DueDelivery) =>
     Effect.gen(function*() {
       const attempt = delivery.attempts + 1
       if (attempt === 1) yield* Metric.update(webhookMetrics.firstAttemptLag, delivery.waited_seconds)
-      const result = yield* Effect.either(post(delivery))
+      const result = yield* Effect.either(post(delivery)).pipe(
+        // Stopped before an answer: hand the row back at once instead of leaving it leased.
+        Effect.onInterrupt(() =>
+          sql`
+            UPDATE webhook_deliveries SET next_attempt_at = now()
+            WHERE id = ${delivery.id} AND attempts = ${delivery.attempts} AND status = 'pending'`.pipe(Effect.ignore)
+        )
+      )
       if (result._tag === "Right") {
-        yield* sql`
+        yield* recordAttempt(sql`
           UPDATE webhook_deliveries
           SET status = 'delivered', attempts = ${attempt}, last_error = NULL, finished_at = now()
-          WHERE id = ${delivery.id} AND attempts = ${delivery.attempts} AND status = 'pending'`
+          WHERE id = ${delivery.id} AND attempts = ${delivery.attempts} AND status = 'pending'`)
         return yield* record(attempt, "delivered")
       }
       const reason = result.left.reason
       if (attempt >= settings.maxAttempts) {
-        yield* sql`
+        yield* recordAttempt(sql`
           UPDATE webhook_deliveries
           SET status = 'dropped', attempts = ${attempt}, last_error = ${reason}, finished_at = now()
-          WHERE id = ${delivery.id} AND attempts = ${delivery.attempts} AND status = 'pending'`
+          WHERE id = ${delivery.id} AND attempts = ${delivery.attempts} AND status = 'pending'`)
         yield* Effect.logWarning("webhook dropped after its last attempt").pipe(
           Effect.annotateLogs({ deliveryId: delivery.id, attempts: attempt, lastError: reason })
         )
         return yield* record(attempt, "dropped")
       }
       const delay = yield* retryDelay(attempt)
-      yield* sql`
+      yield* recordAttempt(sql`
         UPDATE webhook_deliveries
         SET attempts = ${attempt}, last_error = ${reason},
           next_attempt_at = now() + make_interval(secs => ${Duration.toSeconds(delay)}::double precision)
-        WHERE id = ${delivery.id} AND attempts = ${delivery.attempts} AND status = 'pending'`
+        WHERE id = ${delivery.id} AND attempts = ${delivery.attempts} AND status = 'pending'`)
       yield* Effect.logDebug("webhook attempt failed").pipe(
         Effect.annotateLogs({ deliveryId: delivery.id, attempt, error: reason, retryIn: Duration.format(delay) })
       )
@@ -293,18 +343,10 @@ const makeDispatcher = Effect.gen(function*() {
       // Come back when it is due instead of waiting for the next poll after that.
       yield* FiberSet.run(fibers, Effect.delay(wake, delay))
     }).pipe(
-      // Stopped mid-attempt: hand the row back at once instead of leaving it leased.
-      Effect.onInterrupt(() =>
-        sql`
-          UPDATE webhook_deliveries SET next_attempt_at = now()
-          WHERE id = ${delivery.id} AND attempts = ${delivery.attempts} AND status = 'pending'`.pipe(Effect.ignore)
-      ),
-      // Recording failed: the lease runs out and the attempt is made again (callbacks may repeat).
       Effect.catchAllCause((cause) =>
-        Effect.logWarning("recording a webhook attempt failed", cause).pipe(
-          Effect.annotateLogs({ deliveryId: delivery.id })
-        )
+        Cause.isInterruptedOnly(cause) ? Effect.void : Effect.logError("webhook attempt ended unexpectedly", cause)
       ),
+      Effect.annotateLogs({ deliveryId: delivery.id }),
       Effect.ensuring(Effect.zipRight(Effect.sync(() => inFlight.delete(delivery.id)), wake))
     )
 
@@ -315,21 +357,32 @@ const makeDispatcher = Effect.gen(function*() {
     const due = yield* claim(free)
     for (const delivery of due) {
       if (inFlight.has(delivery.id)) continue
-      inFlight.add(delivery.id)
+      inFlight.set(delivery.id, delivery.attempts)
       yield* FiberSet.run(fibers, deliver(delivery))
     }
     return due.length === free
   })
 
-  const waitForWork = Effect.raceFirst(Queue.take(signal), Effect.sleep(settings.pollInterval))
+  const waitForWork = Effect.raceAll([Queue.take(signal), outbox.webhooksWritten, Effect.sleep(settings.pollInterval)])
 
-  yield* fill.pipe(
-    Effect.tapErrorCause((cause) => Effect.logWarning("claiming webhook deliveries failed", cause)),
-    Effect.retry(Schedule.exponential("500 millis").pipe(Schedule.union(Schedule.spaced("10 seconds")))),
-    Effect.flatMap((more) => (more ? Effect.void : waitForWork)),
-    Effect.forever,
-    Effect.forkScoped
-  )
+  yield* Effect.forkScoped(supervisor.supervise(
+    { name: "webhook-dispatcher", kind: "webhook-dispatcher" },
+    (progress) =>
+      fill.pipe(
+        Effect.zipLeft(progress),
+        Effect.flatMap((more) => (more ? Effect.void : waitForWork)),
+        Effect.forever
+      )
+  ))
+  yield* Effect.forkScoped(supervisor.supervise(
+    { name: "webhook-leases", kind: "webhook-leases" },
+    (progress) =>
+      renewLeases.pipe(
+        Effect.zipLeft(progress),
+        Effect.zipRight(Effect.sleep(Duration.millis(Duration.toMillis(settings.lease) / 4))),
+        Effect.forever
+      )
+  ))
 
   return WebhookDispatcher.of({ wake, stats: Ref.get(stats) })
 })
@@ -342,7 +395,7 @@ const CallbackHttpClientLive = Layer.unwrapEffect(
     ))
 )
 
-/** The dispatcher's fiber for the lifetime of the layer's scope (needs `SqlClient`). */
+/** The dispatcher's fibers for the lifetime of the layer's scope (needs `SqlClient`, `Outbox`, `Supervisor`). */
 export const WebhookDispatcherLive = Layer.scoped(WebhookDispatcher, makeDispatcher).pipe(
   Layer.provide(CallbackHttpClientLive)
 )

@@ -15,6 +15,7 @@ import { KafkaLive } from "../../src/EventLog/Kafka.ts"
 import { assembleBlocks, type BlockMessage, type BlockRecord, blocksTopic } from "../../src/Ingest/BlockMessage.ts"
 import { IngestersLive } from "../../src/Ingest/ChainIngester.ts"
 import { IngesterRegistry, type IngesterStatus } from "../../src/Ingest/IngesterRegistry.ts"
+import { Supervisor } from "../../src/Supervision/Supervisor.ts"
 
 export type LogKind = "embedded" | "kafka"
 
@@ -52,7 +53,7 @@ export const startIngesters = (
     const context = yield* Layer.build(
       IngestersLive.pipe(
         Layer.provideMerge(IngesterRegistry.Default),
-        Layer.provide(Layer.mergeAll(ChainClients.Default, DatabaseLive, Layer.succeed(EventLog, eventLog))),
+        Layer.provide(Layer.mergeAll(Supervisor.Default, ChainClients.Default, DatabaseLive, Layer.succeed(EventLog, eventLog))),
         Layer.provide(quiet),
         Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env)))))
       )

@@ -1,7 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Duration, Effect, FastCheck as fc } from "effect"
 import { ConfirmationsRequired, confirmations, confirmedUpTo, isConfirmed } from "../../src/Matcher/Confirmations.ts"
-import { retryDelay } from "../../src/Matcher/Consumer.ts"
 import { reorgKey } from "../../src/Matcher/Matcher.ts"
 
 const height = fc.bigInt({ min: 0n, max: 2n ** 40n })
@@ -50,14 +49,6 @@ describe("confirmation arithmetic", () => {
       expect(yield* read({ CONFIRMATIONS_REQUIRED: "6" })).toEqual(expect.objectContaining({ right: 6 }))
       expect((yield* read({ CONFIRMATIONS_REQUIRED: "0" }))._tag).toBe("Left")
     }))
-})
-
-describe("consumer retry delay", () => {
-  it.prop("doubles from 0.5 s and is capped at 30 s", [fc.integer({ min: 0, max: 10_000 })], ([failures]) => {
-    const delay = Duration.toMillis(retryDelay(failures))
-    expect(delay).toBe(Math.min(500 * 2 ** Math.min(failures, 16), 30_000))
-    expect(Duration.toMillis(retryDelay(failures + 1))).toBeGreaterThanOrEqual(delay)
-  })
 })
 
 describe("reorg identity", () => {

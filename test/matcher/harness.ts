@@ -17,6 +17,8 @@ import { blocksTopic, outgoing } from "../../src/Ingest/BlockMessage.ts"
 import { MatcherLive } from "../../src/Matcher/Consumer.ts"
 import { Matcher } from "../../src/Matcher/Matcher.ts"
 import { eventually, makeTestApp, type TestApp } from "../support/TestApp.ts"
+import { Supervisor } from "../../src/Supervision/Supervisor.ts"
+import { Outbox } from "../../src/Outbox/Outbox.ts"
 
 export type LogKind = "embedded" | "kafka"
 export const logKinds: ReadonlyArray<LogKind> = ["embedded", "kafka"]
@@ -51,6 +53,7 @@ export const makeHarness = (kind: LogKind, env: Record<string, string> = {}): Ef
     ])
     const context = yield* Layer.build(
       MatcherLive.pipe(
+        Layer.provide(Layer.mergeAll(Supervisor.Default, Outbox.Default)),
         Layer.provideMerge(Layer.mergeAll(DatabaseLive, kind === "kafka" ? KafkaLive : EmbeddedLive)),
         Layer.provide(Logger.minimumLogLevel(LogLevel.None)),
         Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(config)))

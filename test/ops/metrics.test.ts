@@ -14,6 +14,8 @@ import { MatcherLive } from "../../src/Matcher/Consumer.ts"
 import { rpc, spawnAnvil, until } from "../ingest/harness.ts"
 import { makeTestApp, subscribe, type TestApp } from "../support/TestApp.ts"
 import { freePort, sample } from "../support/Service.ts"
+import { Supervisor } from "../../src/Supervision/Supervisor.ts"
+import { Outbox } from "../../src/Outbox/Outbox.ts"
 
 const TOKEN = "ops-secret-token"
 
@@ -39,6 +41,7 @@ describe("operations endpoints", () => {
       // runs one, shares the work through the consumer group).
       yield* Layer.build(
         MatcherLive.pipe(
+          Layer.provide(Layer.mergeAll(Supervisor.Default, Outbox.Default)),
           Layer.provide([DatabaseLive, KafkaLive]),
           Layer.provide(Logger.minimumLogLevel(LogLevel.Error)),
           Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(

@@ -15,6 +15,8 @@ import { OutboxRelay, OutboxRelayLive } from "../../src/Webhooks/OutboxRelay.ts"
 import { challengeDelivery, confirmationRecord, encodeChallengeCallback, outboxRow } from "../../src/Webhooks/Payloads.ts"
 import { WebhookDispatcher, WebhookDispatcherLive } from "../../src/Webhooks/WebhookDispatcher.ts"
 import { WebhookReceiver } from "../support/WebhookReceiver.ts"
+import { Supervisor } from "../../src/Supervision/Supervisor.ts"
+import { Outbox } from "../../src/Outbox/Outbox.ts"
 
 const dataDir = Effect.acquireRelease(
   Effect.sync(() => mkdtempSync(join(tmpdir(), "confirmd-webhooks-"))),
@@ -28,6 +30,7 @@ it.live("embedded database and log: a challenge callback after one 500, and its 
     const config = ConfigProvider.fromMap(new Map([["DATA_DIR", dir], ["CALLBACK_ALLOW_PRIVATE_NETWORKS", "true"]]))
     const context = yield* Layer.build(
       Layer.mergeAll(WebhookDispatcherLive, OutboxRelayLive).pipe(
+        Layer.provide(Layer.mergeAll(Supervisor.Default, Outbox.Default)),
         Layer.provideMerge(Layer.mergeAll(DatabaseLive, EventLogLive)),
         Layer.provide(Layer.setConfigProvider(config))
       )

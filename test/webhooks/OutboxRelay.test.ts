@@ -18,6 +18,8 @@ import {
   outboxRow
 } from "../../src/Webhooks/Payloads.ts"
 import { freshDatabase } from "../support/Database.ts"
+import { Supervisor } from "../../src/Supervision/Supervisor.ts"
+import { Outbox } from "../../src/Outbox/Outbox.ts"
 
 const runId = `${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`
 
@@ -33,6 +35,7 @@ const startRelay = (prefix: string, brokers?: string) =>
     if (brokers !== undefined) config.set("KAFKA_BROKERS", brokers)
     const context = yield* Layer.build(
       OutboxRelayLive.pipe(
+        Layer.provide(Layer.mergeAll(Supervisor.Default, Outbox.Default)),
         Layer.provideMerge(EventLogLive),
         Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(config)))
       )

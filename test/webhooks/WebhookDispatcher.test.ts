@@ -9,6 +9,8 @@ import { paymentDelivery, type PaymentCallback, encodePaymentCallback } from "..
 import { publicOnlyLookup, retryDelay, WebhookDispatcher, WebhookDispatcherLive } from "../../src/Webhooks/WebhookDispatcher.ts"
 import { freshDatabase } from "../support/Database.ts"
 import { WebhookReceiver } from "../support/WebhookReceiver.ts"
+import { Supervisor } from "../../src/Supervision/Supervisor.ts"
+import { Outbox } from "../../src/Outbox/Outbox.ts"
 
 const DatabaseTest = Layer.unwrapScoped(
   Effect.map(freshDatabase, (db) =>
@@ -20,6 +22,7 @@ const startDispatcher = (config: Record<string, string> = {}) =>
   Effect.gen(function*() {
     const context = yield* Layer.build(
       WebhookDispatcherLive.pipe(
+        Layer.provide(Layer.mergeAll(Supervisor.Default, Outbox.Default)),
         Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map(Object.entries({
           CALLBACK_ALLOW_PRIVATE_NETWORKS: "true",
           ...config

@@ -23,10 +23,11 @@
 import { Reactivity } from "@effect/experimental"
 import type { SqlError } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
-import { Cause, Config, Duration, Effect, FiberMap, Option, Schema } from "effect"
+import { Config, Duration, Effect, FiberMap, Option, Schema } from "effect"
 import type { Scope } from "effect"
 import type { ChainName } from "../Domain/Chain.ts"
-import { replicaIdConfig } from "./ReplicaIdentity.ts"
+import { Supervisor } from "../Supervision/Supervisor.ts"
+import { replicaIdConfig } from "../Supervision/ReplicaIdentity.ts"
 
 /** First key of every confirmd ingester lock ("conf"); the second one names the chain. */
 export const LOCK_NAMESPACE = 0x636f6e66
@@ -76,11 +77,12 @@ export class ChainLocks extends Effect.Service<ChainLocks>()("confirmd/ChainLock
     const settings = yield* lockSettingsConfig
     const replicaId = yield* replicaIdConfig
     const mode: LockMode = Option.isSome(url) ? "advisory" : "single"
+    const supervisor = yield* Supervisor
 
     /**
      * Runs `run(chain)` for every chain of `chains` this replica holds, for as long as it
-     * holds it, until interrupted. Never fails: a lost lock connection is logged and opened
-     * again.
+     * holds it, until interrupted. Never fails: a lost lock connection is an incident of the
+     * supervised `chain-locks` fiber, and a new connection is opened.
      */
     const supervise = <R>(
       chains: ReadonlyArray<ChainName>,
@@ -96,7 +98,7 @@ export class ChainLocks extends Effect.Service<ChainLocks>()("confirmd/ChainLock
       const byKey = new Map(chains.map((chain) => [chainLockKey(chain), chain] as const))
 
       /** One lock connection: holds what it can until the connection fails. */
-      const session = Effect.gen(function*() {
+      const session = (progress: Effect.Effect<void>) => Effect.gen(function*() {
         const client = yield* PgClient.make({
           url: url.value,
           maxConnections: 1,
@@ -136,6 +138,7 @@ export class ChainLocks extends Effect.Service<ChainLocks>()("confirmd/ChainLock
         })
 
         return yield* tick.pipe(
+          Effect.zipRight(progress),
           Effect.zipRight(Effect.sleep(settings.tick)),
           Effect.forever,
           // Stop the ingesters at once, before anything else is released.
@@ -143,13 +146,9 @@ export class ChainLocks extends Effect.Service<ChainLocks>()("confirmd/ChainLock
         )
       }).pipe(Effect.scoped, Effect.provide(Reactivity.layer))
 
-      return session.pipe(
-        Effect.catchAllCause((cause) =>
-          Effect.logError("chain lock connection lost; ingesters of this replica stopped", Cause.squash(cause)).pipe(
-            Effect.zipRight(Effect.sleep(settings.tick))
-          )
-        ),
-        Effect.forever,
+      // A lost connection is an incident: logged, counted, and a new session after the
+      // supervisor's backoff (the chains' ingesters stopped with the old one).
+      return supervisor.supervise({ name: "chain-locks", kind: "chain-locks" }, session).pipe(
         Effect.annotateLogs({ component: "chain-locks", replica: replicaId })
       )
     }

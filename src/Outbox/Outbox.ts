@@ -1,0 +1,50 @@
+/**
+ * The owner of the delivery side's two tables: `webhook_deliveries` (sent by the webhook
+ * dispatcher) and `outbox_events` (published by the outbox relay). Writers add rows inside
+ * their own transaction with `write` and call `committed` once it has committed; the
+ * dispatcher and the relay wait on `webhooksWritten` / `eventsWritten` (and poll as a
+ * fallback for rows written by another replica), so neither the writer nor the readers know
+ * of each other.
+ */
+import { SqlClient } from "@effect/sql"
+import type { SqlError } from "@effect/sql/SqlError"
+import { Effect, Queue } from "effect"
+import type { DeliveryRow, OutboxRow } from "../Webhooks/Payloads.ts"
+
+export class Outbox extends Effect.Service<Outbox>()("confirmd/Outbox", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    // One pending signal is enough: the reader looks at every due row when it wakes.
+    const webhooks = yield* Queue.sliding<void>(1)
+    const events = yield* Queue.sliding<void>(1)
+
+    /** Both tables in one statement, in the caller's transaction; an event id already present is left as it is. */
+    const write = (
+      deliveries: ReadonlyArray<DeliveryRow>,
+      outboxEvents: ReadonlyArray<OutboxRow>
+    ): Effect.Effect<void, SqlError> =>
+      deliveries.length === 0 && outboxEvents.length === 0 ? Effect.void : sql`
+        WITH delivered AS (
+          INSERT INTO webhook_deliveries (id, url, payload)
+          SELECT * FROM unnest(${deliveries.map((row) => row.id)}::text[], ${deliveries.map((row) => row.url)}::text[],
+                               ${deliveries.map((row) => JSON.stringify(row.payload))}::jsonb[])
+          ON CONFLICT (id) DO NOTHING
+        )
+        INSERT INTO outbox_events (id, key, type, payload)
+        SELECT * FROM unnest(${outboxEvents.map((row) => row.id)}::text[], ${outboxEvents.map((row) => row.key)}::text[],
+                             ${outboxEvents.map((row) => row.type)}::text[], ${
+        outboxEvents.map((row) => JSON.stringify(row.payload))
+      }::jsonb[])
+        ON CONFLICT (id) DO NOTHING`.pipe(Effect.asVoid)
+
+    return {
+      write,
+      /** Call after the transaction that wrote rows committed: the readers look now rather than at their next poll. */
+      committed: Effect.asVoid(Effect.zipRight(Queue.offer(webhooks, undefined), Queue.offer(events, undefined))),
+      /** Completes once webhook deliveries were committed since the last take. */
+      webhooksWritten: Queue.take(webhooks),
+      /** Completes once confirmation events were committed since the last take. */
+      eventsWritten: Queue.take(events)
+    } as const
+  })
+}) {}

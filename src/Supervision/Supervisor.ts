@@ -1,0 +1,179 @@
+/**
+ * The one way a fiber that runs forever is run: `supervise(fiber, body)`.
+ *
+ * Whatever ends the body other than interruption (a failure, a defect such as a failed
+ * ROLLBACK, or simply returning) is an incident: it is logged once with its cause, counted
+ * in `confirmd_fiber_restarts_total{fiber,kind}`, recorded as the fiber's last error, and
+ * the body starts again after a capped, jittered backoff (250 ms doubling up to
+ * `RESTART_BACKOFF_MAX_MS`, default 4000 ms). Progress reported by the body resets the
+ * backoff, and so does a run that lasted `STABLE_AFTER` without an incident.
+ *
+ * Every supervised fiber has a status (state, last progress, last error, restarts) that
+ * /ops/status shows; a fiber is *failing* while it backs off and until it has made
+ * progress (or stayed up for `STABLE_AFTER`) after its last incident.
+ */
+import { Cause, Config, DateTime, Duration, Effect, Metric, Option, Predicate, Random, SubscriptionRef } from "effect"
+
+/** Names the fiber in logs, metrics and status: `kind` groups fibers of one sort (`ingester`), `name` is unique. */
+export interface FiberId {
+  readonly name: string
+  readonly kind: string
+}
+
+export type FiberState = "running" | "backing-off" | "stopped"
+
+export interface FiberStatus extends FiberId {
+  readonly state: FiberState
+  /** When the current run started. */
+  readonly runningSince: DateTime.Utc
+  /** The last time the body reported progress; null before the first. */
+  readonly lastProgressAt: DateTime.Utc | null
+  /** The cause of the last incident, kept after recovery. */
+  readonly lastError: string | null
+  readonly lastIncidentAt: DateTime.Utc | null
+  /** Incidents since the last progress (or stable run): drives the backoff. */
+  readonly consecutiveFailures: number
+  /** Incidents followed by a restart, since the process started. */
+  readonly restarts: number
+}
+
+export interface SupervisorSettings {
+  readonly firstBackoff: Duration.Duration
+  readonly maxBackoff: Duration.Duration
+}
+
+export const supervisorSettingsConfig: Config.Config<SupervisorSettings> = Config.integer("RESTART_BACKOFF_MAX_MS").pipe(
+  Config.validate({ message: "RESTART_BACKOFF_MAX_MS must be at least 250", validation: (n) => n >= 250 }),
+  Config.withDefault(4000),
+  Config.map((max) => ({ firstBackoff: Duration.millis(250), maxBackoff: Duration.millis(max) }))
+)
+
+/** A run this long without an incident counts as recovered even without reported progress. */
+export const STABLE_AFTER = Duration.seconds(10)
+
+/** Restarts of supervised fibers, by `fiber` and `kind`. */
+export const fiberRestarts = Metric.counter("confirmd_fiber_restarts_total", {
+  description: "Supervised fibers restarted after a failure, defect or unexpected end, by fiber",
+  incremental: true
+})
+
+/** The wait before restart number `failures` (1-based) of a streak: doubling, capped, ±20 % below the cap. */
+export const backoffDelay = (settings: SupervisorSettings, failures: number, jitter: number): Duration.Duration => {
+  const base = Duration.toMillis(settings.firstBackoff) * 2 ** Math.min(Math.max(failures - 1, 0), 20)
+  return Duration.millis(Math.round(Math.min(Duration.toMillis(settings.maxBackoff), base * jitter)))
+}
+
+/** `<tag>: <message>` of the cause's main error, for logs and status. */
+export const describeCause = (cause: Cause.Cause<unknown>): string => {
+  const error = Cause.squash(cause)
+  if (Predicate.hasProperty(error, "message") && typeof error.message === "string") {
+    return Predicate.hasProperty(error, "_tag") && typeof error._tag === "string"
+      ? `${error._tag}: ${error.message}`
+      : error.message
+  }
+  return String(error)
+}
+
+/** Whether the fiber is failing at `now` (see the module comment). */
+export const isFailing = (status: FiberStatus, now: DateTime.Utc): boolean =>
+  status.state === "backing-off" ||
+  (status.consecutiveFailures > 0 &&
+    Duration.lessThan(DateTime.distanceDuration(status.runningSince, now), STABLE_AFTER))
+
+class EndedUnexpectedly extends Error {
+  constructor() {
+    super("the fiber's loop returned, which it never should")
+  }
+}
+
+export class Supervisor extends Effect.Service<Supervisor>()("confirmd/Supervisor", {
+  effect: Effect.gen(function*() {
+    const settings = yield* supervisorSettingsConfig
+    const ref = yield* SubscriptionRef.make<ReadonlyMap<string, FiberStatus>>(new Map())
+
+    const update = (name: string, f: (status: FiberStatus) => FiberStatus) =>
+      SubscriptionRef.update(ref, (all) => {
+        const status = all.get(name)
+        return status === undefined ? all : new Map(all).set(name, f(status))
+      })
+
+    /**
+     * Runs `body` until interrupted, restarting it after every incident. `body` gets the
+     * effect to call whenever it made progress (a batch published, a poll answered).
+     */
+    const supervise = <E, R>(
+      fiber: FiberId,
+      body: (progress: Effect.Effect<void>) => Effect.Effect<unknown, E, R>,
+      options: { readonly onIncident?: (error: string) => Effect.Effect<void> } = {}
+    ): Effect.Effect<never, never, R> =>
+      Effect.gen(function*() {
+        const started = yield* DateTime.now
+        yield* SubscriptionRef.update(ref, (all) => {
+          // A fiber supervised again (a chain lock taken back) keeps its history.
+          const previous = all.get(fiber.name)
+          return new Map(all).set(fiber.name, {
+            ...fiber,
+            state: "running",
+            runningSince: started,
+            lastProgressAt: previous?.lastProgressAt ?? null,
+            lastError: previous?.lastError ?? null,
+            lastIncidentAt: previous?.lastIncidentAt ?? null,
+            consecutiveFailures: previous?.consecutiveFailures ?? 0,
+            restarts: previous?.restarts ?? 0
+          })
+        })
+        const progress = Effect.flatMap(
+          DateTime.now,
+          (now) => update(fiber.name, (s) => ({ ...s, state: "running", lastProgressAt: now, consecutiveFailures: 0 }))
+        )
+        const restartCounter = fiberRestarts.pipe(Metric.tagged("fiber", fiber.name), Metric.tagged("kind", fiber.kind))
+
+        const incident = (cause: Cause.Cause<unknown>) =>
+          Effect.gen(function*() {
+            const now = yield* DateTime.now
+            const error = describeCause(cause)
+            const before = Option.fromNullable((yield* SubscriptionRef.get(ref)).get(fiber.name))
+            const stable = Option.exists(
+              before,
+              (s) => !Duration.lessThan(DateTime.distanceDuration(s.runningSince, now), STABLE_AFTER)
+            )
+            const failures = (stable ? 0 : Option.match(before, { onNone: () => 0, onSome: (s) => s.consecutiveFailures })) + 1
+            const delay = backoffDelay(settings, failures, yield* Random.nextRange(0.8, 1.2))
+            yield* update(fiber.name, (s) => ({
+              ...s,
+              state: "backing-off",
+              lastError: error,
+              lastIncidentAt: now,
+              consecutiveFailures: failures,
+              restarts: s.restarts + 1
+            }))
+            yield* Metric.increment(restartCounter)
+            if (options.onIncident !== undefined) yield* options.onIncident(error)
+            yield* Effect.logError(`${fiber.kind} failed; restarting after a backoff`, cause).pipe(
+              Effect.annotateLogs({ error, restartInMs: Duration.toMillis(delay), consecutiveFailures: failures })
+            )
+            yield* Effect.sleep(delay)
+            const restarted = yield* DateTime.now
+            yield* update(fiber.name, (s) => ({ ...s, state: "running", runningSince: restarted }))
+          })
+
+        const run = Effect.suspend(() => body(progress)).pipe(
+          Effect.zipRight(Effect.failCause(Cause.die(new EndedUnexpectedly()))),
+          // This fiber's own interruption never reaches a handler: an interruption seen here
+          // is of something the body waited on, and so an incident like any other.
+          Effect.catchAllCause(incident)
+        )
+        return yield* Effect.forever(run)
+      }).pipe(
+        Effect.ensuring(update(fiber.name, (s) => ({ ...s, state: "stopped" }))),
+        Effect.annotateLogs({ fiber: fiber.name })
+      )
+
+    return {
+      supervise,
+      /** Every fiber supervised so far in this process, by name. */
+      statuses: Effect.map(SubscriptionRef.get(ref), (all) => [...all.values()]),
+      changes: ref.changes
+    } as const
+  })
+}) {}
