@@ -2,14 +2,14 @@
  * Metrics in the Prometheus text exposition format (version 0.0.4).
  *
  * Events are counted with Effect's `Metric` module where they happen (HTTP requests here,
- * price source failures in the oracle, and whatever other areas record with `Metric`): every
+ * price source failures in the oracle, supervised fibers' restarts, and whatever other areas record with `Metric`): every
  * metric of Effect's registry is exposed, so a counter added anywhere shows up on /metrics
  * without being registered here. State that lives elsewhere (the ingesters' registry,
  * PostgreSQL, the EventLog's consumer groups) is read at scrape time into `Family` values by
  * Ops/Status.ts, so a label set that no longer exists (a partition, a chain handed to another
  * replica) disappears instead of keeping its last value.
  */
-import { Metric, MetricBoundaries, MetricState, Option } from "effect"
+import { DateTime, Metric, MetricBoundaries, MetricState, Option } from "effect"
 import type { MetricPair } from "effect"
 import type { MatcherStatus } from "../Matcher/Matcher.ts"
 import type { ChainState, ChainStatus, ConsumerLag, Snapshot } from "./Status.ts"
@@ -26,12 +26,6 @@ export const httpRequestDuration = Metric.histogram(
   MetricBoundaries.fromIterable([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]),
   "HTTP request latency by route template and method, in seconds"
 )
-
-/** Failed requests to a price source (tag `source`). */
-export const priceSourceErrors = Metric.counter("confirmd_price_source_errors_total", {
-  description: "Failed price source requests by source",
-  incremental: true
-})
 
 export type Labels = Readonly<Record<string, string>>
 
@@ -250,8 +244,21 @@ export const snapshotFamilies = (snapshot: Snapshot): ReadonlyArray<Family> => {
       }))
     ),
     gauge(
-      "confirmd_ops_source_errors",
-      "State sources that could not be read for this scrape",
+      "confirmd_fiber_failing",
+      "1 while the supervised fiber is failing (backing off, or restarted without progress yet)",
+      snapshot.fibers.map((f) => ({ labels: { fiber: f.name, kind: f.kind }, value: f.failing ? 1 : 0 }))
+    ),
+    gauge(
+      "confirmd_fiber_last_progress_timestamp_seconds",
+      "When the supervised fiber last reported progress (unix seconds)",
+      present(snapshot.fibers, (f) =>
+        f.lastProgressAt === null
+          ? null
+          : { labels: { fiber: f.name, kind: f.kind }, value: DateTime.toEpochMillis(f.lastProgressAt) / 1000 })
+    ),
+    gauge(
+      "confirmd_ops_errors",
+      "Entries of /ops/status `errors`: failing fibers, chains nobody ingests, unreadable sources",
       [{ labels: {}, value: snapshot.errors.length }]
     )
   ]

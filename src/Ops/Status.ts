@@ -18,6 +18,7 @@ import { MatcherGroupId } from "../Matcher/Consumer.ts"
 import { Matcher, type MatcherStatus } from "../Matcher/Matcher.ts"
 import { chainLockKey, LOCK_APPLICATION_PREFIX, LOCK_NAMESPACE, type LockMode, lockSettingsConfig } from "../Ingest/ChainLocks.ts"
 import { ReplicaIdentity } from "../Supervision/ReplicaIdentity.ts"
+import { type FiberStatus, isFailing, Supervisor } from "../Supervision/Supervisor.ts"
 
 const SOURCE_TIMEOUT = Duration.seconds(3)
 
@@ -36,6 +37,7 @@ export interface ChainStatus {
   readonly lastPublished: bigint | null
   readonly cursorUpdatedAt: Date | null
   readonly headLagBlocks: bigint | null
+  /** How long the ingester has had blocks to catch up on; null when unknown (not polling the node successfully here). */
   readonly headLagSeconds: number | null
   /** Block time (unix seconds) of the last block this replica published. */
   readonly lastBlockTime: number | null
@@ -61,6 +63,8 @@ export interface Snapshot {
     readonly takeoverSeconds: number
   }
   readonly chains: ReadonlyArray<ChainStatus>
+  /** Every supervised fiber of this replica, and whether it is failing now. */
+  readonly fibers: ReadonlyArray<FiberStatus & { readonly failing: boolean }>
   readonly consumerLag: ReadonlyArray<ConsumerLag>
   /** The matcher's figures on this replica since it started, per chain (when it runs here). */
   readonly matcher: ReadonlyArray<MatcherStatus>
@@ -72,7 +76,10 @@ export interface Snapshot {
     readonly webhooksOldestSeconds: number | null
   } | null
   readonly webhookDeliveries: ReadonlyArray<{ readonly status: string; readonly attempts: number; readonly count: number }>
-  /** Sources that could not be read this time, `<source>: <reason>`. */
+  /**
+   * What is wrong now: fibers failing (`fiber <name>: <error>`), chains not ingested
+   * (`chain <name>: <reason>`) and sources that could not be read (`<source>: <reason>`).
+   */
   readonly errors: ReadonlyArray<string>
 }
 
@@ -104,6 +111,7 @@ export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus",
     const eventLog = yield* EventLog
     const registry = yield* IngesterRegistry
     const replica = yield* ReplicaIdentity
+    const supervisor = yield* Supervisor
     const { enabledChains } = yield* ChainClients
     // Optional: a replica without the matcher still reports everything else.
     const matcherService = yield* Effect.serviceOption(Matcher)
@@ -174,6 +182,10 @@ export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus",
       const matcherStatuses = Option.isSome(matcherService)
         ? [...(yield* matcherService.value.statuses).values()]
         : []
+      const fibers = (yield* supervisor.statuses).map((fiber) => ({ ...fiber, failing: isFailing(fiber, now) }))
+      for (const fiber of fibers) {
+        if (fiber.failing) errors.push(`fiber ${fiber.name}: ${fiber.lastError ?? "failing"}`)
+      }
       const [statuses, holderMap, cursors, matcher, lag, watches, outbox, deliveries] = yield* Effect.all([
         registry.statuses,
         read(errors, "chain locks", holders, new Map<ChainName, string>()),
@@ -215,6 +227,7 @@ export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus",
         )
       ], { concurrency: "unbounded" })
 
+      const locksRead = !errors.some((error) => error.startsWith("chain locks:"))
       const chains = enabledChains.map((chain): ChainStatus => {
         const status = statuses.get(chain)
         const holder = holderMap.get(chain) ?? null
@@ -222,16 +235,24 @@ export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus",
         const cursor = cursors.find((row) => row.chain === chain)
         const lastPublished = cursor?.number ?? null
         const head = running ? status.head : null
+        // Lag is only known while the node answers this replica's polls.
+        const polling = running && status.state === "running" && status.head !== null
+        if (running && status.state === "backing-off") {
+          errors.push(`chain ${chain}: ingester backing off: ${status.lastError ?? "failing"}`)
+        } else if (holder === null && locksRead) {
+          errors.push(`chain ${chain}: no replica holds its ingester`)
+        }
         return {
           chain,
           holder,
           heldHere: running && (holder === null || holder === replica.id),
-          state: status === undefined ? "standby" : status.state,
+          // An ingester stopped here (its lock lost, another replica may hold it) is on standby.
+          state: running ? status.state : "standby",
           head,
           lastPublished,
           cursorUpdatedAt: cursor?.updated_at ?? null,
           headLagBlocks: head !== null && lastPublished !== null ? (head > lastPublished ? head - lastPublished : 0n) : null,
-          headLagSeconds: running
+          headLagSeconds: polling
             ? status.behindSince === null ? 0 : Duration.toSeconds(DateTime.distanceDuration(status.behindSince, now))
             : null,
           lastBlockTime: running ? status.lastBlockTime : null,
@@ -247,6 +268,7 @@ export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus",
         replica,
         mode,
         chains,
+        fibers,
         consumerLag: lag,
         matcher: matcherStatuses,
         openWatches: watches,
@@ -306,6 +328,17 @@ export const toJson = (snapshot: Snapshot) => {
       restarts: chain.restarts,
       reorgs: chain.reorgs,
       last_error: chain.lastError
+    })),
+    fibers: snapshot.fibers.map((fiber) => ({
+      name: fiber.name,
+      kind: fiber.kind,
+      state: fiber.state,
+      failing: fiber.failing,
+      running_since: DateTime.formatIso(fiber.runningSince),
+      last_progress_at: fiber.lastProgressAt === null ? null : DateTime.formatIso(fiber.lastProgressAt),
+      last_error: fiber.lastError,
+      last_incident_at: fiber.lastIncidentAt === null ? null : DateTime.formatIso(fiber.lastIncidentAt),
+      restarts: fiber.restarts
     })),
     holders: [...byHolder].map(([replica, chains]) => ({ replica, chains })),
     consumer_lag: snapshot.consumerLag.map((p) => ({

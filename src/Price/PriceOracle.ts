@@ -28,7 +28,12 @@ import {
 } from "effect"
 import { Symbol as TokenSymbol } from "../Domain/Chain.ts"
 import { decimalFromNumber, formatDecimal, parseDecimal } from "../Domain/Money.ts"
-import { priceSourceErrors } from "../Ops/Metrics.ts"
+
+/** Failed requests to a price source (tag `source`). */
+export const priceSourceErrors = Metric.counter("confirmd_price_source_errors_total", {
+  description: "Failed price source requests by source",
+  incremental: true
+})
 
 /** No source could give a price for `symbol`; `message` lists why each one failed. */
 export class PriceUnavailable extends Schema.TaggedError<PriceUnavailable>()("PriceUnavailable", {

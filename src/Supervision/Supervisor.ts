@@ -127,6 +127,8 @@ export class Supervisor extends Effect.Service<Supervisor>()("confirmd/Superviso
           (now) => update(fiber.name, (s) => ({ ...s, state: "running", lastProgressAt: now, consecutiveFailures: 0 }))
         )
         const restartCounter = fiberRestarts.pipe(Metric.tagged("fiber", fiber.name), Metric.tagged("kind", fiber.kind))
+        // Shown from the start, at 0, rather than only after the first restart.
+        yield* Metric.update(restartCounter, 0)
 
         const incident = (cause: Cause.Cause<unknown>) =>
           Effect.gen(function*() {

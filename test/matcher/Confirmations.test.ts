@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import { ConfigProvider, Duration, Effect, FastCheck as fc } from "effect"
+import { ConfigProvider, Effect, FastCheck as fc } from "effect"
 import { ConfirmationsRequired, confirmations, confirmedUpTo, isConfirmed } from "../../src/Matcher/Confirmations.ts"
 import { reorgKey } from "../../src/Matcher/Matcher.ts"
 
