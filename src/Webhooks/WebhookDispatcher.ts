@@ -17,7 +17,7 @@
  * Recording an attempt is retried until it succeeds: a callback answered 2xx is not POSTed
  * again because the database connection dropped while its outcome was written.
  *
- * Claiming and lease renewal are supervised loops (Supervision/).
+ * The claiming loop is supervised (Supervision/).
  *
  * The target is checked before every attempt (`checkCallbackUrl`) and, unless private
  * networks are allowed, every address the connection resolves to is checked again at connect
@@ -218,19 +218,21 @@ const makeDispatcher = Effect.gen(function*() {
   const signal = yield* Queue.sliding<void>(1)
   const wake = Queue.offer(signal, undefined).pipe(Effect.asVoid)
   const fibers = yield* FiberSet.make()
-  /** Attempts running here, id → attempts made before: never start a second one for the same delivery. */
-  const inFlight = new Map<string, number>()
+  /** Ids with an attempt running here: never start a second one for the same delivery. */
+  const inFlight = new Set<string>()
   const leaseSeconds = Duration.toSeconds(settings.lease)
 
-  /** Moves the lease of every attempt running here forward. */
-  const renewLeases = Effect.suspend(() => {
-    const running = [...inFlight]
-    return running.length === 0 ? Effect.void : sql`
-      UPDATE webhook_deliveries d
+  /** While an attempt runs (and its outcome is written), its lease is moved forward every quarter lease. */
+  const keepLeased = (delivery: DueDelivery) =>
+    sql`
+      UPDATE webhook_deliveries
       SET next_attempt_at = now() + make_interval(secs => ${leaseSeconds}::double precision)
-      FROM unnest(${running.map(([id]) => id)}::text[], ${running.map(([, attempts]) => attempts)}::int4[]) AS r(id, attempts)
-      WHERE d.id = r.id AND d.attempts = r.attempts AND d.status = 'pending'`.pipe(Effect.asVoid)
-  })
+      WHERE id = ${delivery.id} AND attempts = ${delivery.attempts} AND status = 'pending'`.pipe(
+      // A missed renewal is not fatal: the next one, a quarter lease later, may get through.
+      Effect.catchAllCause((cause) => Effect.logDebug("renewing a webhook lease failed", cause)),
+      Effect.delay(Duration.millis(Duration.toMillis(settings.lease) / 4)),
+      Effect.forever
+    )
 
   const claim = (limit: number) =>
     sql<DueDelivery>`
@@ -304,6 +306,7 @@ const makeDispatcher = Effect.gen(function*() {
     Effect.gen(function*() {
       const attempt = delivery.attempts + 1
       if (attempt === 1) yield* Metric.update(webhookMetrics.firstAttemptLag, delivery.waited_seconds)
+      yield* Effect.forkScoped(keepLeased(delivery))
       const result = yield* Effect.either(post(delivery)).pipe(
         // Stopped before an answer: hand the row back at once instead of leaving it leased.
         Effect.onInterrupt(() =>
@@ -343,6 +346,7 @@ const makeDispatcher = Effect.gen(function*() {
       // Come back when it is due instead of waiting for the next poll after that.
       yield* FiberSet.run(fibers, Effect.delay(wake, delay))
     }).pipe(
+      Effect.scoped,
       Effect.catchAllCause((cause) =>
         Cause.isInterruptedOnly(cause) ? Effect.void : Effect.logError("webhook attempt ended unexpectedly", cause)
       ),
@@ -357,7 +361,7 @@ const makeDispatcher = Effect.gen(function*() {
     const due = yield* claim(free)
     for (const delivery of due) {
       if (inFlight.has(delivery.id)) continue
-      inFlight.set(delivery.id, delivery.attempts)
+      inFlight.add(delivery.id)
       yield* FiberSet.run(fibers, deliver(delivery))
     }
     return due.length === free
@@ -371,15 +375,6 @@ const makeDispatcher = Effect.gen(function*() {
       fill.pipe(
         Effect.zipLeft(progress),
         Effect.flatMap((more) => (more ? Effect.void : waitForWork)),
-        Effect.forever
-      )
-  ))
-  yield* Effect.forkScoped(supervisor.supervise(
-    { name: "webhook-leases", kind: "webhook-leases" },
-    (progress) =>
-      renewLeases.pipe(
-        Effect.zipLeft(progress),
-        Effect.zipRight(Effect.sleep(Duration.millis(Duration.toMillis(settings.lease) / 4))),
         Effect.forever
       )
   ))
