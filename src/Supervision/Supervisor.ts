@@ -63,15 +63,29 @@ export const backoffDelay = (settings: SupervisorSettings, failures: number, jit
   return Duration.millis(Math.round(Math.min(Duration.toMillis(settings.maxBackoff), base * jitter)))
 }
 
-/** `<tag>: <message>` of the cause's main error, for logs and status. */
+const messageOf = (error: unknown): string | null =>
+  Predicate.hasProperty(error, "message") && typeof error.message === "string" && error.message !== ""
+    ? error.message
+    : null
+
+/**
+ * `<tag>: <message>` of the cause's main error, followed by the message of its innermost
+ * cause when that says more ("SqlError: Failed to execute statement: Connection terminated").
+ */
 export const describeCause = (cause: Cause.Cause<unknown>): string => {
   const error = Cause.squash(cause)
-  if (Predicate.hasProperty(error, "message") && typeof error.message === "string") {
-    return Predicate.hasProperty(error, "_tag") && typeof error._tag === "string"
-      ? `${error._tag}: ${error.message}`
-      : error.message
+  const message = messageOf(error)
+  if (message === null) return String(error)
+  const head = Predicate.hasProperty(error, "_tag") && typeof error._tag === "string"
+    ? `${error._tag}: ${message}`
+    : message
+  let root: string | null = null
+  let current: unknown = Predicate.hasProperty(error, "cause") ? error.cause : undefined
+  for (let depth = 0; depth < 8 && current !== undefined && current !== null; depth++) {
+    root = messageOf(current) ?? root
+    current = Predicate.hasProperty(current, "cause") ? current.cause : undefined
   }
-  return String(error)
+  return root === null || root === message ? head : `${head}: ${root}`
 }
 
 /** Whether the fiber is failing at `now` (see the module comment). */
