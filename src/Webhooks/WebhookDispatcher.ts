@@ -293,14 +293,13 @@ const makeDispatcher = Effect.gen(function*() {
    * Writes the attempt's outcome: once without interruption (a shutdown does not cut it off
    * between the answer and the write), then until it succeeds.
    */
-  const recordAttempt = <A, E>(write: Effect.Effect<A, E>) => {
-    const persistently = Effect.sandbox(write).pipe(
-      Effect.tapError((cause) => Effect.logWarning("recording a webhook attempt failed; trying again", cause)),
-      Effect.retry(recordRetry),
-      Effect.unsandbox
+  const recordAttempt = <A, E>(write: Effect.Effect<A, E>) =>
+    Effect.uninterruptibleMask((restore) =>
+      Effect.catchAllCause(write, (cause) =>
+        Effect.logWarning("recording a webhook attempt failed; trying again until it succeeds", cause).pipe(
+          Effect.zipRight(restore(Effect.sandbox(write).pipe(Effect.retry(recordRetry), Effect.unsandbox)))
+        ))
     )
-    return Effect.uninterruptibleMask((restore) => Effect.catchAllCause(write, () => restore(persistently)))
-  }
 
   const deliver = (delivery: DueDelivery) =>
     Effect.gen(function*() {

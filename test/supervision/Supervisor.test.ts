@@ -42,6 +42,7 @@ import { confirmationRecord, outboxRow, paymentDelivery } from "../../src/Webhoo
 import { WebhookDispatcherLive } from "../../src/Webhooks/WebhookDispatcher.ts"
 import { anvil } from "../support/Chains.ts"
 import { freshDatabase } from "../support/Database.ts"
+import { faultOnce } from "../support/Faults.ts"
 import { anvilUrl, eventually } from "../support/TestApp.ts"
 import { WebhookReceiver } from "../support/WebhookReceiver.ts"
 import { block } from "../matcher/harness.ts"
@@ -73,29 +74,6 @@ const restartsCounted = (fiber: FiberStatus) =>
     Metric.value(fiberRestarts.pipe(Metric.tagged("fiber", fiber.name), Metric.tagged("kind", fiber.kind))),
     (state) => state.count
   )
-
-/**
- * A fault PostgreSQL raises once, at COMMIT, for the first transaction that writes `table`
- * (a deferred constraint trigger; the sequence is not rolled back with the transaction). In a
- * single statement outside a transaction it fails that statement.
- */
-const faultOnce = (sql: SqlClient.SqlClient, table: string, events = "INSERT OR UPDATE") =>
-  Effect.gen(function*() {
-    const name = `fault_${table}`
-    yield* sql.unsafe(`CREATE SEQUENCE ${name}`)
-    yield* sql.unsafe(`CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $$
-      BEGIN
-        IF nextval('${name}') = 1 THEN RAISE EXCEPTION 'injected fault on ${table}'; END IF;
-        RETURN NULL;
-      END $$`)
-    yield* sql.unsafe(`CREATE CONSTRAINT TRIGGER ${name} AFTER ${events} ON ${table}
-      DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION ${name}()`)
-    /** Whether the fault has been raised. */
-    return Effect.map(
-      sql<{ fired: boolean }>`SELECT last_value >= 1 AND is_called AS fired FROM ${sql(name)}`,
-      (rows) => rows[0]?.fired === true
-    ).pipe(Effect.orDie)
-  }).pipe(Effect.orDie)
 
 /**
  * Builds `layer` on a fresh database (and, when it needs one, a Kafka event log with topics
@@ -251,7 +229,7 @@ describe("every supervised fiber comes back from a fault", () => {
       yield* Effect.orDie(env.sql.withTransaction(outbox.write([], [outboxRow(record)])))
       yield* outbox.committed
       yield* restartedOnce(env, "outbox-relay", "injected fault on outbox_events")
-      expect(yield* fired).toBe(true)
+      expect(yield* fired).toBe(1)
       yield* eventually(
         Effect.orDie(env.sql<{ n: number }>`SELECT count(*)::int AS n FROM outbox_events WHERE published_at IS NULL`),
         (rows) => rows[0]?.n === 0
@@ -279,7 +257,7 @@ describe("every supervised fiber comes back from a fault", () => {
       yield* Effect.orDie(env.sql.withTransaction(outbox.write([delivery], [])))
       yield* outbox.committed
       yield* restartedOnce(env, "webhook-dispatcher", "injected fault on webhook_deliveries")
-      expect(yield* fired).toBe(true)
+      expect(yield* fired).toBe(1)
       yield* receiver.waitFor(1)
       yield* eventually(
         Effect.orDie(env.sql<{ status: string }>`SELECT status FROM webhook_deliveries`),
@@ -297,7 +275,7 @@ describe("every supervised fiber comes back from a fault", () => {
       const eventLog = Context.get(env.base, EventLog)
       yield* Effect.orDie(eventLog.publish(outgoing(eventLog, [block("ethereum", 5n, [])])))
       yield* restartedOnce(env, "matcher", "injected fault on matcher_cursors")
-      expect(yield* fired).toBe(true)
+      expect(yield* fired).toBe(1)
       yield* eventually(
         Effect.orDie(env.sql<{ number: string }>`SELECT number::text AS number FROM matcher_cursors WHERE chain = 'ethereum'`),
         (rows) => rows[0]?.number === "5"
@@ -314,7 +292,7 @@ describe("every supervised fiber comes back from a fault", () => {
         VALUES (${randomUUID()}, 'intent', 'ethereum', '0x3333333333333333333333333333333333333333', 1, now() - interval '1 minute')`)
       yield* env.run
       yield* restartedOnce(env, "expiry-sweeper", "injected fault on watches")
-      expect(yield* fired).toBe(true)
+      expect(yield* fired).toBe(1)
       yield* eventually(
         Effect.orDie(env.sql<{ open: boolean }>`SELECT open FROM watches`),
         (rows) => rows[0]?.open === false
@@ -329,7 +307,7 @@ describe("every supervised fiber comes back from a fault", () => {
       const fired = yield* faultOnce(env.sql, "ingest_cursors")
       yield* env.run
       yield* restartedOnce(env, "ingester ethereum", "injected fault on ingest_cursors")
-      expect(yield* fired).toBe(true)
+      expect(yield* fired).toBe(1)
       const registry = Context.get(env.base, IngesterRegistry)
       const chain = (yield* registry.statuses).get("ethereum")
       expect(chain).toMatchObject({ restarts: 1 })
