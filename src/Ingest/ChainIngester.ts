@@ -20,7 +20,7 @@
  * Failures (node down, EventLog or database errors, defects) are incidents of the supervised
  * `ingester <chain>` fiber (Supervision/): logged with the chain and the error, counted here
  * and in the `IngesterRegistry`, and the ingester starts again from its cursor after the
- * supervisor's capped backoff (at most `RESTART_BACKOFF_MAX_MS`, 4 s), reset by progress, so
+ * supervisor's capped backoff (at most `RESTART_BACKOFF_MAX_MS`, 3 s), reset by progress, so
  * a node that answers again is used within that.
  *
  * Configuration:

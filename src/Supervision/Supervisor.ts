@@ -5,7 +5,7 @@
  * ROLLBACK, or simply returning) is an incident: it is logged once with its cause, counted
  * in `confirmd_fiber_restarts_total{fiber,kind}`, recorded as the fiber's last error, and
  * the body starts again after a capped, jittered backoff (250 ms doubling up to
- * `RESTART_BACKOFF_MAX_MS`, default 4000 ms). Progress reported by the body resets the
+ * `RESTART_BACKOFF_MAX_MS`, default 3000 ms). Progress reported by the body resets the
  * backoff, and so does a run that lasted `STABLE_AFTER` without an incident.
  *
  * Every supervised fiber has a status (state, last progress, last error, restarts) that
@@ -44,7 +44,7 @@ export interface SupervisorSettings {
 
 export const supervisorSettingsConfig: Config.Config<SupervisorSettings> = Config.integer("RESTART_BACKOFF_MAX_MS").pipe(
   Config.validate({ message: "RESTART_BACKOFF_MAX_MS must be at least 250", validation: (n) => n >= 250 }),
-  Config.withDefault(4000),
+  Config.withDefault(3000),
   Config.map((max) => ({ firstBackoff: Duration.millis(250), maxBackoff: Duration.millis(max) }))
 )
 

@@ -1,0 +1,89 @@
+/**
+ * /ops/status tells the truth when things go wrong: a node nobody can reach shows its lag as
+ * unknown and is named in `errors` with its failing ingester; the node is used again within
+ * 5 s of answering; a replica frozen long enough to lose its chain lock comes back on
+ * standby.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { randomBytes } from "node:crypto"
+import { spawnAnvil, until } from "../ingest/harness.ts"
+import { freshDatabase } from "../support/Database.ts"
+import { call, freePort, type Service, startService } from "../support/Service.ts"
+import { type Json, makeTestApp } from "../support/TestApp.ts"
+
+const chainOf = (status: Json) => (status?.chains ?? []).find((c: Json) => c.chain === "ethereum")
+const fiberOf = (status: Json, name: string) => (status?.fibers ?? []).find((f: Json) => f.name === name)
+
+describe("truthful status", () => {
+  it.scopedLive("an unreachable node: lag unknown, ingester and chain in errors; back in use within 5 s of answering", () =>
+    Effect.gen(function*() {
+      const port = yield* freePort
+      const app = yield* makeTestApp({ CHAINS: "ethereum", RPC_URL_ETHEREUM: `http://127.0.0.1:${port}` })
+      const status = Effect.map(app.request("GET", "/ops/status"), (r) => r.body)
+
+      // Failed often enough for its backoff to have reached the cap.
+      const down = yield* until(status, (s) => (fiberOf(s, "ingester ethereum")?.restarts ?? 0) >= 6, 60)
+      expect(chainOf(down)).toMatchObject({ state: "backing-off", head_lag_seconds: null, head: null })
+      expect(down.errors).toEqual(expect.arrayContaining([
+        expect.stringMatching(/^fiber ingester ethereum: /),
+        expect.stringMatching(/^chain ethereum: ingester backing off/)
+      ]))
+      expect(fiberOf(down, "ingester ethereum")).toMatchObject({ kind: "ingester", failing: true })
+      for (const kind of ["matcher", "webhook-dispatcher", "outbox-relay", "expiry-sweeper"]) {
+        expect(down.fibers.some((f: Json) => f.kind === kind), kind).toBe(true)
+      }
+      const metrics = yield* app.request("GET", "/metrics")
+      expect(metrics.text).toMatch(/confirmd_fiber_restarts_total\{fiber="ingester ethereum",kind="ingester"\} ([6-9]|\d\d)/)
+      expect(metrics.text).toContain(`confirmd_fiber_failing{fiber="ingester ethereum",kind="ingester"} 1`)
+
+      yield* spawnAnvil(port)
+      const answered = Date.now()
+      // In use again: polling, lag known, a block published since, nothing about the chain in errors.
+      const up = yield* until(status, (s) =>
+        chainOf(s)?.state === "running" && chainOf(s)?.head_lag_seconds !== null &&
+        !s.errors.some((e: string) => e.includes("ethereum")), 10)
+      const seconds = (Date.now() - answered) / 1000
+      expect(seconds).toBeLessThan(5)
+      expect(fiberOf(up, "ingester ethereum")).toMatchObject({ failing: false, state: "running" })
+      console.log(`node used again ${seconds.toFixed(1)} s after it answered`)
+    }), { timeout: 120_000 })
+
+  it.scopedLive("a replica frozen past its lock session comes back on standby, the chain held by the other", () =>
+    Effect.gen(function*() {
+      const database = yield* freshDatabase
+      const anvil = yield* spawnAnvil(yield* freePort, ["--block-time", "1"])
+      const env = {
+        DATABASE_URL: database.url,
+        KAFKA_BROKERS: process.env.KAFKA_BROKERS ?? "127.0.0.1:9092",
+        KAFKA_TOPIC_PREFIX: `test-status-${randomBytes(4).toString("hex")}`,
+        CHAINS: "ethereum",
+        RPC_URL_ETHEREUM: anvil.url,
+        POLL_INTERVAL_MS: "200",
+        PRICE_FIXED_USD: "ETH=3000",
+        INGESTER_TAKEOVER_SECONDS: "3"
+      }
+      const healthy = (service: Service) => until(call(service.base, "GET", "/health"), (r) => r.status === 200, 90)
+      const statusOf = (service: Service) => Effect.map(call(service.base, "GET", "/ops/status"), (r) => r.body)
+
+      const first = yield* startService({ ...env, REPLICA_ID: "replica-1" })
+      yield* healthy(first)
+      yield* until(statusOf(first), (s) => chainOf(s)?.held_here === true && chainOf(s)?.state === "running", 30)
+      const second = yield* startService({ ...env, REPLICA_ID: "replica-2" })
+      yield* healthy(second)
+      expect(chainOf(yield* statusOf(second))).toMatchObject({ state: "standby", holder: "replica-1", held_here: false })
+
+      // Frozen: PostgreSQL ends its idle lock session and the other replica takes the chain.
+      first.child.kill("SIGSTOP")
+      yield* until(statusOf(second), (s) => chainOf(s)?.held_here === true && chainOf(s)?.state === "running", 30)
+      first.child.kill("SIGCONT")
+
+      const back = yield* until(
+        statusOf(first),
+        (s) => chainOf(s)?.holder === "replica-2" && chainOf(s)?.state === "standby" && (fiberOf(s, "chain-locks")?.restarts ?? 0) >= 1,
+        30
+      )
+      expect(chainOf(back)).toMatchObject({ held_here: false, head_lag_seconds: null })
+      expect(back.errors.filter((e: string) => e.includes("ethereum"))).toEqual([])
+    }), { timeout: 180_000 })
+})
