@@ -46,7 +46,14 @@ export interface KafkaSettings extends EventLogSettings {
   readonly maxRequestBytes: number
   /** `max.message.bytes` of the topics this client creates: room for big bitcoin blocks. */
   readonly maxMessageBytes: number
-  /** How long a consumer that died silently keeps its partitions before the group moves them. */
+  /**
+   * How long a consumer that died silently keeps its partitions before the group moves them
+   * (`KAFKA_SESSION_TIMEOUT_MS`, default 6000, the broker's minimum). Short on purpose: a
+   * killed replica's blocks wait this long. A live consumer heartbeats every fifth of it,
+   * also while a transaction runs (see `subscribe`), so only a process frozen for longer
+   * loses its partitions, and the messages it had not committed are applied again by their
+   * new owner, which is idempotent. Raise it for networks with long stalls.
+   */
   readonly sessionTimeoutMs: number
 }
 
@@ -62,7 +69,7 @@ export const kafkaSettingsConfig: Config.Config<KafkaSettings> = Config.all({
   ),
   sessionTimeoutMs: Config.integer("KAFKA_SESSION_TIMEOUT_MS").pipe(
     Config.validate({ message: "must be between 6000 and 300000 (the broker's limits)", validation: (n) => n >= 6_000 && n <= 300_000 }),
-    Config.withDefault(10_000)
+    Config.withDefault(6_000)
   )
 }).pipe(Config.map(({ brokers, replicationFactor, sessionTimeoutMs, settings }) => ({
   ...settings,
