@@ -4,13 +4,16 @@
 # Jars come from Maven Central on first use (services/kafka/pom.xml) into
 # .services/kafka/lib; topic data persists in .services/kafka/data across
 # restarts. Prints "started", "running" or "external" on stdout.
+# KAFKA_INSTANCE=<name> runs a further broker of its own (state, pid and log in
+# .services/kafka-<name>/, jars shared): for a test that stops and starts a
+# broker without touching the one the other tests use.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
-svc_init kafka
+svc_init "kafka${KAFKA_INSTANCE:+-$KAFKA_INSTANCE}"
 
 PORT=${KAFKA_PORT:-9092}
 CONTROLLER_PORT=${KAFKA_CONTROLLER_PORT:-9093}
-LIB="$SVC_DIR/lib"
+LIB="$STATE_ROOT/kafka/lib"
 DATA="$SVC_DIR/data"
 CONF="$SVC_DIR/server.properties"
 POM="$SERVICES_DIR/kafka/pom.xml"
@@ -36,6 +39,10 @@ command -v java >/dev/null || die "java (17+) is required"
 [[ -d $REPO_ROOT/node_modules/kafkajs ]] || die "node_modules/kafkajs missing; run npm ci"
 
 # Fetch the jars once per pom version; the stamp records which pom they match.
+# Instances share them: one fetch at a time.
+mkdir -p "$STATE_ROOT/kafka"
+exec 8>"$STATE_ROOT/kafka/.lib.lock"
+flock -w 600 8 || die "could not take $STATE_ROOT/kafka/.lib.lock"
 POM_SUM=$(sha256sum "$POM" | cut -d' ' -f1)
 if [[ ! -f $LIB/.pom.sha256 || $(<"$LIB/.pom.sha256") != "$POM_SUM" ]]; then
   command -v mvn >/dev/null || die "maven is required to fetch the Kafka jars"
@@ -45,6 +52,7 @@ if [[ ! -f $LIB/.pom.sha256 || $(<"$LIB/.pom.sha256") != "$POM_SUM" ]]; then
     die "maven could not fetch the jars; see $SVC_LOG"
   echo "$POM_SUM" >"$LIB/.pom.sha256"
 fi
+exec 8>&-
 
 cat >"$CONF" <<PROPS
 process.roles=broker,controller
