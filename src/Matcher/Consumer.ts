@@ -74,7 +74,8 @@ export const makeMatcherLoop = Effect.gen(function*() {
       Effect.zipLeft(last.source.commit),
       Effect.tap((outcomes) => Effect.zipRight(progress, Effect.forEach(outcomes, matcher.record))),
       Effect.tap((outcomes) => Effect.forEach(outcomes, logChanges, { discard: true })),
-      Effect.tapErrorCause((cause) => Effect.logWarning("applying block messages failed", cause)),
+      // Which blocks failed; the cause itself is logged once, by the supervisor.
+      Effect.tapErrorCause(() => Effect.logWarning("applying block messages failed")),
       Effect.annotateLogs({
         chain: first.message.chain,
         block: events.length === 1 ? heightOf(first) : `${heightOf(first)}..${heightOf(last)}`,
@@ -85,17 +86,17 @@ export const makeMatcherLoop = Effect.gen(function*() {
 
   const consume = (progress: Effect.Effect<void>) =>
     eventLog.subscribe({ groupId, topics }).pipe(
-    Stream.groupByKey((message) => `${message.partition}:${message.topic}`),
-    GroupBy.evaluate((_key, messages) =>
-      messages.pipe(
-        assembleBlocks,
-        Stream.aggregate(Sink.collectAllN<BlockEvent>(batchBlocks)),
-        Stream.filter(Chunk.isNonEmpty),
-        Stream.mapEffect(process(progress))
-      )
-    ),
-    Stream.runDrain
-  )
+      Stream.groupByKey((message) => `${message.partition}:${message.topic}`),
+      GroupBy.evaluate((_key, messages) =>
+        messages.pipe(
+          assembleBlocks,
+          Stream.aggregate(Sink.collectAllN<BlockEvent>(batchBlocks)),
+          Stream.filter(Chunk.isNonEmpty),
+          Stream.mapEffect(process(progress))
+        )
+      ),
+      Stream.runDrain
+    )
 
   return Effect.logInfo("matcher starting").pipe(
     Effect.annotateLogs({ groupId, chains: chains.join(",") }),
