@@ -24,6 +24,7 @@ import { DatabaseLive } from "../src/Database/Database.ts"
 import { EmbeddedLive } from "../src/EventLog/Embedded.ts"
 import { EventLog } from "../src/EventLog/EventLog.ts"
 import { KafkaLive } from "../src/EventLog/Kafka.ts"
+import { nativeAsset } from "../src/Chains/Block.ts"
 import { type BlockRecord, outgoing } from "../src/Ingest/BlockMessage.ts"
 import { MatcherLive } from "../src/Matcher/Consumer.ts"
 import { Matcher } from "../src/Matcher/Matcher.ts"
@@ -61,9 +62,11 @@ const settings = Config.all({
  * of `hits` exactly (watch `k` is `watchedAddress(k)`, `watchedAmount(k)`), the rest missing,
  * half to watched addresses with an amount no watch has, half elsewhere.
  */
+const native = { asset: nativeAsset, origin: "transaction" } as const
+
 export const makeBlock = (height: number, hits: ReadonlyArray<number>, timestamp: number): BlockRecord => ({
   type: "block",
-  version: 1,
+  version: 2,
   chain: "ethereum",
   number: BigInt(height),
   hash: hash(height),
@@ -74,9 +77,9 @@ export const makeBlock = (height: number, hits: ReadonlyArray<number>, timestamp
   transfers: Array.from({ length: transfersPerBlock }, (_, j) => {
     const k = hits[j]
     const txHash = `0x${randomBytes(32).toString("hex")}`
-    if (k !== undefined) return { txHash, to: watchedAddress(k), value: watchedAmount(k), index: j }
+    if (k !== undefined) return { txHash, to: watchedAddress(k), value: watchedAmount(k), index: j, ...native }
     const to = j % 2 === 0 ? watchedAddress(height * transfersPerBlock + j) : `0x${randomBytes(20).toString("hex")}`
-    return { txHash, to, value: 10n ** 17n + BigInt(j), index: j }
+    return { txHash, to, value: 10n ** 17n + BigInt(j), index: j, ...native }
   })
 })
 

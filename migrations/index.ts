@@ -9,5 +9,6 @@ export const loader = Migrator.fromGlob({
   "./00002_watches.ts": () => import("./00002_watches.ts"),
   "./00003_ingest.ts": () => import("./00003_ingest.ts"),
   "./00004_confirmations.ts": () => import("./00004_confirmations.ts"),
-  "./00005_matcher.ts": () => import("./00005_matcher.ts")
+  "./00005_matcher.ts": () => import("./00005_matcher.ts"),
+  "./00006_assets.ts": () => import("./00006_assets.ts")
 })

@@ -13,6 +13,7 @@ import { isUuid } from "../Http/Ids.ts"
 import { toUpstream } from "../Http/Upstream.ts"
 import { effectiveStatus, expiresAfter, Lifetimes } from "../Watches/Lifetimes.ts"
 import { Watches } from "../Watches/Watches.ts"
+import { nativeAsset } from "../Chains/Block.ts"
 import { Accounts } from "./Accounts.ts"
 import { DonationIntentOut, DonationSignupOut, IntentStatusOut, type SignupIn, SignupOut } from "./Api.ts"
 import { isPlanName, paidPlans } from "./Plans.ts"
@@ -84,6 +85,7 @@ export class Signup extends Effect.Service<Signup>()("confirmd/Signup", {
             kind: "intent",
             chain,
             address: target.address,
+            asset: nativeAsset,
             amount: quote.amount,
             startBlock: quote.head,
             expiresAt

@@ -4,7 +4,7 @@
  */
 import type { HttpClient, HttpClientRequest } from "@effect/platform"
 import { Duration, Effect, Option, ParseResult, Schema } from "effect"
-import { type ChainBlock, type ChainTransfer, ChainUnavailable } from "./Block.ts"
+import { type ChainBlock, type ChainTransfer, ChainUnavailable, nativeAsset } from "./Block.ts"
 
 export interface BitcoinClient {
   readonly backend: "rpc" | "esplora"
@@ -104,7 +104,7 @@ export const transfersOfTx = (
   for (const { address, value } of outputs) {
     if (address !== undefined && value > 0n) sums.set(address, (sums.get(address) ?? 0n) + value)
   }
-  return Array.from(sums, ([to, value]) => ({ txHash, to, value, index }))
+  return Array.from(sums, ([to, value]) => ({ txHash, to, value, index, asset: nativeAsset, origin: "transaction" as const }))
 }
 
 /** Hash of the genesis block's parent. */

@@ -9,6 +9,8 @@
  * - `BITCOIN_RPC_URL`: Core-style JSON-RPC endpoint (`http://user:pass@host:port/`); when
  *   unset, the Esplora REST API at `ESPLORA_URL` (default https://blockstream.info/api).
  * - `RPC_TIMEOUT_MS` (default 10000): limit for every node call.
+ * - `TRACES_<CHAIN>` (`auto` | `on` | `off`, default `auto`): internal transfers from call
+ *   traces, see EvmBlocks.ts.
  * - `BITCOIN_NETWORK` and its overrides: see `bitcoinParamsConfig`.
  */
 import { FetchHttpClient } from "@effect/platform"
@@ -20,10 +22,12 @@ import { makeBitcoinRpc } from "./BitcoinRpc.ts"
 import { type ChainBlock, ChainUnavailable } from "./Block.ts"
 import { makeEsplora } from "./Esplora.ts"
 import { type EvmChainName, type EvmClient, makeEvmClient, viemChains } from "./Evm.ts"
+import { type BlockReading, tracesSettingConfig } from "./EvmBlocks.ts"
 
 export { ChainBlock, ChainTransfer, ChainUnavailable } from "./Block.ts"
 export type { BitcoinClient } from "./BitcoinClient.ts"
 export type { EvmChainName, EvmClient, EvmPublicClient } from "./Evm.ts"
+export type { BlockReading } from "./EvmBlocks.ts"
 
 const isChainName = (name: string): name is ChainName => (chainNames as ReadonlyArray<string>).includes(name)
 
@@ -73,7 +77,14 @@ export class ChainClients extends Effect.Service<ChainClients>()("confirmd/Chain
 
     const evmClients = new Map<ChainName, EvmClient>()
     for (const chain of enabledChains) {
-      if (chain !== "bitcoin") evmClients.set(chain, makeEvmClient(chain, yield* evmUrlConfig(chain), timeout))
+      if (chain === "bitcoin") continue
+      evmClients.set(
+        chain,
+        yield* makeEvmClient(chain, yield* evmUrlConfig(chain), timeout, {
+          traces: yield* tracesSettingConfig(chain),
+          tokens: new Set()
+        })
+      )
     }
     const bitcoinClient: Option.Option<BitcoinClient> = enabledChains.includes("bitcoin")
       ? Option.some(yield* makeBitcoin(timeout))
@@ -114,6 +125,11 @@ export class ChainClients extends Effect.Service<ChainClients>()("confirmd/Chain
         chain === "bitcoin"
           ? Effect.flatMap(bitcoin, (client) => client.blockHash(height))
           : Effect.flatMap(evm(chain), (client) => client.blockHash(height)),
+      /** How an EVM chain's blocks are read (probed once); none on bitcoin. */
+      reading: (chain: ChainName): Effect.Effect<Option.Option<BlockReading>, ChainUnavailable> =>
+        chain === "bitcoin"
+          ? Effect.succeed(Option.none())
+          : Effect.flatMap(evm(chain), (client) => Effect.map(client.reading, Option.some)),
       /** The best-chain block at `height`, normalised. */
       block: (chain: ChainName, height: bigint): Effect.Effect<ChainBlock, ChainUnavailable> =>
         chain === "bitcoin"

@@ -1,9 +1,10 @@
 /** EVM chains through viem public clients. */
 import { Duration, Effect } from "effect"
-import { BaseError, type Chain, createPublicClient, http, type HttpTransport, type PublicClient } from "viem"
+import { BaseError, type Chain, createPublicClient, http, type HttpTransport, type PublicClient, RpcError } from "viem"
 import { arbitrum, avalanche, base, bsc, linea, mainnet, optimism, polygon, zksync } from "viem/chains"
 import type { ChainName } from "../Domain/Chain.ts"
 import { type ChainBlock, ChainUnavailable } from "./Block.ts"
+import { type BlockReading, makeBlockReader, NodeRefused, type TracesSetting } from "./EvmBlocks.ts"
 
 export type EvmChainName = Exclude<ChainName, "bitcoin">
 
@@ -28,8 +29,10 @@ export interface EvmClient {
   readonly client: EvmPublicClient
   readonly head: Effect.Effect<bigint, ChainUnavailable>
   readonly blockHash: (height: bigint) => Effect.Effect<string, ChainUnavailable>
-  /** The block at `height` with its native-value transfers. */
+  /** The block at `height` with the transfers it settled (src/Chains/EvmBlocks.ts). */
   readonly block: (height: bigint) => Effect.Effect<ChainBlock, ChainUnavailable>
+  /** How blocks are read (receipts, traces); probes the node the first time. */
+  readonly reading: Effect.Effect<BlockReading, ChainUnavailable>
 }
 
 // viem's full messages repeat the URL (which may hold an API key) and the request body.
@@ -38,22 +41,47 @@ const describe = (error: unknown): string =>
     ? [error.shortMessage.replace(/\.$/, ""), error.details].filter((s) => s !== undefined && s !== "").join(": ")
     : String(error)
 
-export const makeEvmClient = (chain: EvmChainName, url: string, timeout: Duration.Duration): EvmClient => {
+export interface EvmReadOptions {
+  readonly traces: TracesSetting
+  /** Token contracts (lowercase) whose Transfer logs are read. */
+  readonly tokens: ReadonlySet<string>
+}
+
+export const makeEvmClient = (
+  chain: EvmChainName,
+  url: string,
+  timeout: Duration.Duration,
+  options: EvmReadOptions
+): Effect.Effect<EvmClient> => Effect.gen(function*() {
   const client: EvmPublicClient = createPublicClient({
     chain: viemChains[chain],
-    transport: http(url, { timeout: Duration.toMillis(timeout), retryCount: 1 })
+    // batch: requests issued together (per-transaction receipts) go out as one JSON-RPC batch.
+    transport: http(url, { timeout: Duration.toMillis(timeout), retryCount: 1, batch: true })
   })
 
-  const call = <A>(what: string, f: () => Promise<A>): Effect.Effect<A, ChainUnavailable> =>
-    Effect.tryPromise({
-      try: f,
-      catch: (error) => new ChainUnavailable({ chain, message: `${what}: ${describe(error)}` })
-    }).pipe(
+  const attempt = <A, E>(what: string, f: () => Promise<A>, onError: (error: unknown) => E) =>
+    Effect.tryPromise({ try: f, catch: onError }).pipe(
       Effect.timeoutFail({
         duration: timeout,
         onTimeout: () => new ChainUnavailable({ chain, message: `${what}: no answer within ${Duration.format(timeout)}` })
       })
     )
+
+  const call = <A>(what: string, f: () => Promise<A>): Effect.Effect<A, ChainUnavailable> =>
+    attempt(what, f, (error) => new ChainUnavailable({ chain, message: `${what}: ${describe(error)}` }))
+
+  const rawRequest = client.request as (args: { method: string; params: ReadonlyArray<unknown> }) => Promise<unknown>
+  const reader = yield* makeBlockReader({
+    chain,
+    traces: options.traces,
+    tokens: options.tokens,
+    // A JSON-RPC error answer (method not offered, ...) is told apart from an unreachable node.
+    request: (method, params) =>
+      attempt(method, () => rawRequest({ method, params }), (error) =>
+        error instanceof RpcError
+          ? new NodeRefused({ method, message: describe(error) })
+          : new ChainUnavailable({ chain, message: `${method}: ${describe(error)}` }))
+  })
 
   const fetchBlock = <const T extends boolean>(height: bigint, includeTransactions: T) =>
     call(`getBlock ${height}`, () => client.getBlock({ blockNumber: height, includeTransactions }))
@@ -64,24 +92,7 @@ export const makeEvmClient = (chain: EvmChainName, url: string, timeout: Duratio
     // cacheTime 0: viem otherwise serves the block number from a cache for a polling interval.
     head: call("getBlockNumber", () => client.getBlockNumber({ cacheTime: 0 })),
     blockHash: (height) => Effect.map(fetchBlock(height, false), (block) => block.hash),
-    block: (height) =>
-      Effect.map(fetchBlock(height, true), (block): ChainBlock => ({
-        chain,
-        number: block.number,
-        hash: block.hash,
-        parentHash: block.parentHash,
-        timestamp: Number(block.timestamp),
-        transfers: block.transactions.flatMap((tx, position) =>
-          tx.to != null && tx.value > 0n
-            ? [{
-              txHash: tx.hash,
-              to: tx.to.toLowerCase(),
-              from: tx.from.toLowerCase(),
-              value: tx.value,
-              index: tx.transactionIndex ?? position
-            }]
-            : []
-        )
-      }))
+    block: reader.block,
+    reading: reader.reading
   }
-}
+})

@@ -10,6 +10,7 @@ import { isUuid } from "../Http/Ids.ts"
 import { toUpstream } from "../Http/Upstream.ts"
 import { effectiveStatus, expiresAfter, Lifetimes } from "../Watches/Lifetimes.ts"
 import { Watches } from "../Watches/Watches.ts"
+import { nativeAsset } from "../Chains/Block.ts"
 import { checkCallbackUrl } from "../Webhooks/CallbackUrl.ts"
 import { type ChallengeIn, ChallengeOut, ChallengeStatusOut } from "./Api.ts"
 
@@ -61,6 +62,7 @@ export class Challenges extends Effect.Service<Challenges>()("confirmd/Challenge
             kind: "challenge",
             chain,
             address: target.address,
+            asset: nativeAsset,
             amount: quote.amount,
             startBlock: quote.head,
             expiresAt

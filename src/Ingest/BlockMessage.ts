@@ -2,7 +2,9 @@
  * The messages of the `<prefix>.blocks.<chain>` topics, shared by the ingester (producer)
  * and the matcher (consumer). JSON, versioned; bigints are decimal strings.
  *
- * - `block`: one canonical block, in order of height. A block whose JSON would exceed
+ * - `block` (version 2): one canonical block, in order of height, with every transfer the
+ *   chain settled: its asset (`native` or the token contract), origin (`transaction`,
+ *   `internal`, `log`) and position (`traceAddress`, `logIndex`). A block whose JSON would exceed
  *   `maxMessageBytes` is split into consecutive parts (`part` 0..`parts`-1), each with the
  *   full header and a run of the transfers; `assembleBlocks` joins them again.
  * - `reorg`: blocks from `fromNumber` on were orphaned; the canonical blocks from
@@ -10,12 +12,17 @@
  *   deeper than the headers the ingester keeps (`REORG_DEPTH`): everything from
  *   `fromNumber` on must then be treated as orphaned.
  *
+ * - Version 1 blocks (native top-level transfers, written by ingesters before version 2) are
+ *   still read, as version 2 blocks of native `transaction` transfers, so that the matcher
+ *   keeps working while replicas are upgraded one at a time. Reorg records are unchanged
+ *   (version 1).
+ *
  * The record key is the chain and each topic has one partition, so order is kept.
  */
 import { Effect, Option, Schema, Stream } from "effect"
 import type { ParseResult } from "effect"
 import { ChainName } from "../Domain/Chain.ts"
-import { ChainBlock, ChainTransfer } from "../Chains/Block.ts"
+import { ChainBlock, ChainTransfer, nativeAsset } from "../Chains/Block.ts"
 import type { EventLogService, Message, OutgoingRecord } from "../EventLog/EventLog.ts"
 
 /**
@@ -34,12 +41,40 @@ export type BlockRef = typeof BlockRef.Type
 /** One canonical block as the chain clients normalise it, plus its part number when split. */
 export const BlockRecord = Schema.Struct({
   type: Schema.Literal("block"),
-  version: Schema.Literal(1),
+  version: Schema.Literal(2),
   ...ChainBlock.fields,
   part: Schema.Int,
   parts: Schema.Int
 })
 export type BlockRecord = typeof BlockRecord.Type
+
+/** A transfer of a version 1 block: native value of a transaction. */
+const TransferV1 = Schema.Struct({
+  txHash: Schema.String,
+  to: Schema.String,
+  from: Schema.optional(Schema.String),
+  value: Schema.BigInt,
+  index: Schema.Number
+})
+
+/** A version 1 block, read as the version 2 block it means. */
+export const BlockRecordFromV1 = Schema.transform(
+  Schema.Struct({ ...BlockRecord.fields, version: Schema.Literal(1), transfers: Schema.Array(TransferV1) }),
+  Schema.typeSchema(BlockRecord),
+  {
+    strict: true,
+    decode: (v1) => ({
+      ...v1,
+      version: 2 as const,
+      transfers: v1.transfers.map((t) => ({ ...t, asset: nativeAsset, origin: "transaction" as const }))
+    }),
+    encode: (v2) => ({
+      ...v2,
+      version: 1 as const,
+      transfers: v2.transfers.map(({ asset: _asset, logIndex: _logIndex, origin: _origin, traceAddress: _path, ...t }) => t)
+    })
+  }
+)
 
 export const ReorgRecord = Schema.Struct({
   type: Schema.Literal("reorg"),
@@ -53,7 +88,7 @@ export const ReorgRecord = Schema.Struct({
 })
 export type ReorgRecord = typeof ReorgRecord.Type
 
-export const BlockMessage = Schema.Union(BlockRecord, ReorgRecord)
+export const BlockMessage = Schema.Union(BlockRecord, BlockRecordFromV1, ReorgRecord)
 export type BlockMessage = typeof BlockMessage.Type
 
 const BlockMessageJson = Schema.parseJson(BlockMessage)
@@ -79,7 +114,7 @@ export const blocksTopic = (eventLog: EventLogService, chain: ChainName): string
 export const blockRecords = (block: ChainBlock, maxBytes: number = maxMessageBytes): ReadonlyArray<BlockRecord> => {
   const header = {
     type: "block",
-    version: 1,
+    version: 2,
     chain: block.chain,
     number: block.number,
     hash: block.hash,

@@ -89,6 +89,8 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
     /** One run from the stored cursor; fails on the first error. */
     const attempt = (progressed: Effect.Effect<void>) => Effect.gen(function*() {
       yield* eventLog.ensureTopics([{ name: topic, partitions: 1 }])
+      const reading = Option.getOrNull(yield* clients.reading(chain))
+      yield* registry.update(chain, (s) => ({ ...s, reading }))
       const stored = Option.getOrNull(yield* cursors.tip(chain))
       if (stored !== null && stored.hash !== null) {
         const published: BlockRef = { number: stored.number, hash: stored.hash }

@@ -5,6 +5,7 @@
  * here (or a "stopped" one, after this replica lost it).
  */
 import { DateTime, Effect, SubscriptionRef } from "effect"
+import type { BlockReading } from "../Chains/EvmBlocks.ts"
 import type { ChainName } from "../Domain/Chain.ts"
 import type { BlockRef } from "./BlockMessage.ts"
 
@@ -26,6 +27,8 @@ export interface IngesterStatus {
   /** Failures that made the ingester back off and start again. */
   readonly restarts: number
   readonly reorgs: number
+  /** How an EVM chain's blocks are read (receipts, traces); null on bitcoin and until probed. */
+  readonly reading: BlockReading | null
   readonly updatedAt: DateTime.Utc
 }
 
@@ -41,6 +44,7 @@ const initial = (chain: ChainName, now: DateTime.Utc): IngesterStatus => ({
   lastError: null,
   restarts: 0,
   reorgs: 0,
+  reading: null,
   updatedAt: now
 })
 

@@ -286,13 +286,15 @@ export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
               ${block.transfers.map((t) => t.txHash)}::text[],
               ${block.transfers.map((t) => t.to)}::text[],
               ${block.transfers.map((t) => t.value.toString())}::numeric[],
-              ${block.transfers.map((t) => t.index)}::int[]
-            ) AS t (tx_hash, address, amount, idx)
+              ${block.transfers.map((t) => t.index)}::int[],
+              ${block.transfers.map((t) => t.asset)}::text[]
+            ) AS t (tx_hash, address, amount, idx, asset)
           ),
           m AS (
             SELECT DISTINCT ON (w.id) w.id, w.kind, t.tx_hash
             FROM t JOIN watches w
-              ON w.open AND w.chain = ${block.chain} AND w.address = t.address AND w.amount_smallest = t.amount
+              ON w.open AND w.chain = ${block.chain} AND w.asset = t.asset AND w.address = t.address
+                AND w.amount_smallest = t.amount
             WHERE COALESCE(w.start_block, -1) < ${number}::bigint
               AND (w.expires_at > to_timestamp(${block.timestamp}::double precision)
                    OR EXISTS (SELECT 1 FROM detections d WHERE d.watch_id = w.id AND d.tx_hash = t.tx_hash))

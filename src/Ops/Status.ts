@@ -9,7 +9,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Cause, Config, DateTime, Duration, Effect, Option, Schema } from "effect"
-import { ChainClients } from "../Chains/ChainClients.ts"
+import { type BlockReading, ChainClients } from "../Chains/ChainClients.ts"
 import type { ChainName } from "../Domain/Chain.ts"
 import { EventLog, type PartitionLag } from "../EventLog/EventLog.ts"
 import { blocksTopic } from "../Ingest/BlockMessage.ts"
@@ -45,6 +45,8 @@ export interface ChainStatus {
   readonly matcherBlock: bigint | null
   readonly restarts: number
   readonly reorgs: number
+  /** How this replica's ingester reads the chain (EVM: receipts, traces); null elsewhere. */
+  readonly reading: BlockReading | null
   readonly lastError: string | null
 }
 
@@ -259,6 +261,7 @@ export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus",
           matcherBlock: matcher.find((row) => row.chain === chain)?.number ?? null,
           restarts: status?.restarts ?? 0,
           reorgs: status?.reorgs ?? 0,
+          reading: status?.reading ?? null,
           lastError: status?.lastError ?? null
         }
       })
@@ -327,6 +330,7 @@ export const toJson = (snapshot: Snapshot) => {
       matcher_block: text(chain.matcherBlock),
       restarts: chain.restarts,
       reorgs: chain.reorgs,
+      reading: chain.reading,
       last_error: chain.lastError
     })),
     fibers: snapshot.fibers.map((fiber) => ({

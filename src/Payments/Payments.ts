@@ -11,6 +11,7 @@ import { badRequest, notFound } from "../Http/Errors.ts"
 import { isUuid } from "../Http/Ids.ts"
 import { effectiveStatus, expiresAfter, Lifetimes } from "../Watches/Lifetimes.ts"
 import { Watches } from "../Watches/Watches.ts"
+import { nativeAsset } from "../Chains/Block.ts"
 import { checkCallbackUrl } from "../Webhooks/CallbackUrl.ts"
 import { toUpstream } from "../Http/Upstream.ts"
 import { CreatePaymentOut, PaymentStatus } from "./Api.ts"
@@ -85,6 +86,7 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
             kind: "payment",
             chain,
             address,
+            asset: nativeAsset,
             amount: quote.amount,
             startBlock: quote.head,
             expiresAt

@@ -19,6 +19,8 @@ export interface NewWatch {
   readonly kind: WatchKind
   readonly chain: ChainName
   readonly address: string
+  /** What pays it: `native`, or the token contract (lowercase). */
+  readonly asset: string
   readonly amount: bigint
   readonly startBlock: bigint | null
   readonly expiresAt: Date
@@ -59,7 +61,7 @@ export class Watches extends Effect.Service<Watches>()("confirmd/Watches", {
         for (;;) {
           const taken = yield* sql<{ amount: string }>`
             SELECT amount_smallest::text AS amount FROM watches
-            WHERE open AND chain = ${watch.chain} AND address = ${watch.address}
+            WHERE open AND chain = ${watch.chain} AND asset = ${watch.asset} AND address = ${watch.address}
               AND amount_smallest >= ${from.toString()}::numeric
               AND amount_smallest < ${(from + WINDOW).toString()}::numeric`
           const candidate = firstFree(from, taken.map((row) => BigInt(row.amount)))
@@ -68,10 +70,10 @@ export class Watches extends Effect.Service<Watches>()("confirmd/Watches", {
             continue
           }
           const inserted = yield* sql`
-            INSERT INTO watches (id, kind, chain, address, amount_smallest, start_block, expires_at)
-            VALUES (${watch.id}, ${watch.kind}, ${watch.chain}, ${watch.address}, ${candidate.toString()}::numeric,
+            INSERT INTO watches (id, kind, chain, address, asset, amount_smallest, start_block, expires_at)
+            VALUES (${watch.id}, ${watch.kind}, ${watch.chain}, ${watch.address}, ${watch.asset}, ${candidate.toString()}::numeric,
                     ${watch.startBlock === null ? null : watch.startBlock.toString()}::bigint, ${watch.expiresAt})
-            ON CONFLICT (chain, address, amount_smallest) WHERE open DO NOTHING
+            ON CONFLICT (chain, asset, address, amount_smallest) WHERE open DO NOTHING
             RETURNING id`
           // Lost a race for that amount to a concurrent creation: look again from there.
           if (inserted.length > 0) return candidate

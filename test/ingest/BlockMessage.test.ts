@@ -26,7 +26,9 @@ const syntheticBlock = (outputs: number): ChainBlock => ({
     txHash: hex(32),
     to: `bc1q${hex(19)}`,
     value: 1_000n + BigInt(i) * 2_099_999_997_690n,
-    index: Math.floor(i / 3)
+    index: Math.floor(i / 3),
+    asset: "native",
+    origin: "transaction" as const
   }))
 })
 
@@ -49,7 +51,7 @@ describe("block messages", () => {
     Effect.gen(function*() {
       const block = syntheticBlock(3)
       const [record] = blockRecords(block)
-      expect(record).toMatchObject({ type: "block", version: 1, part: 0, parts: 1, number: 840_000n })
+      expect(record).toMatchObject({ type: "block", version: 2, part: 0, parts: 1, number: 840_000n })
       expect(yield* decodeMessage(encodeMessage(record!))).toEqual(record)
       const json = JSON.parse(new TextDecoder().decode(encodeMessage(record!)))
       expect(json.number).toBe("840000")
@@ -64,6 +66,46 @@ describe("block messages", () => {
         commonAncestor: { number: 9n, hash: "0x9" }
       }
       expect(yield* decodeMessage(encodeMessage(reorg))).toEqual(reorg)
+    }))
+
+  it.effect("version 2 carries asset, origin and position; a version 1 block still reads, as native top-level value", () =>
+    Effect.gen(function*() {
+      const [record] = blockRecords({
+        chain: "ethereum",
+        number: 7n,
+        hash: "0x7",
+        parentHash: "0x6",
+        timestamp: 1_700_000_000,
+        transfers: [
+          { txHash: "0xt", to: "0xa", from: "0xf", value: 5n, index: 0, asset: "native", origin: "transaction" },
+          { txHash: "0xt", to: "0xb", from: "0xc", value: 6n, index: 0, asset: "native", origin: "internal", traceAddress: [0, 2] },
+          { txHash: "0xt", to: "0xa", from: "0xf", value: 7n, index: 0, asset: "0xusdc", origin: "log", logIndex: 3 }
+        ]
+      })
+      const json = JSON.parse(new TextDecoder().decode(encodeMessage(record!)))
+      expect(json.version).toBe(2)
+      expect(json.transfers).toEqual([
+        { txHash: "0xt", to: "0xa", from: "0xf", value: "5", index: 0, asset: "native", origin: "transaction" },
+        { txHash: "0xt", to: "0xb", from: "0xc", value: "6", index: 0, asset: "native", origin: "internal", traceAddress: [0, 2] },
+        { txHash: "0xt", to: "0xa", from: "0xf", value: "7", index: 0, asset: "0xusdc", origin: "log", logIndex: 3 }
+      ])
+      expect(yield* decodeMessage(encodeMessage(record!))).toEqual(record)
+
+      // Exactly what an ingester of the previous version published.
+      const v1 = `{"type":"block","version":1,"chain":"ethereum","number":"8","hash":"0x8","parentHash":"0x7",` +
+        `"timestamp":1700000012,"part":0,"parts":1,"transfers":[{"txHash":"0xu","to":"0xa","from":"0xf","value":"9","index":0}]}`
+      expect(yield* decodeMessage(new TextEncoder().encode(v1))).toEqual({
+        type: "block",
+        version: 2,
+        chain: "ethereum",
+        number: 8n,
+        hash: "0x8",
+        parentHash: "0x7",
+        timestamp: 1_700_000_012,
+        part: 0,
+        parts: 1,
+        transfers: [{ txHash: "0xu", to: "0xa", from: "0xf", value: 9n, index: 0, asset: "native", origin: "transaction" }]
+      })
     }))
 
   it.effect("a block of 6,000 outputs is split into parts under the limit and joined again", () =>

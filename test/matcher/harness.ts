@@ -7,6 +7,7 @@ import { SqlClient } from "@effect/sql"
 import { ConfigProvider, Context, Effect, Layer, Logger, LogLevel } from "effect"
 import type { Scope } from "effect"
 import { randomBytes } from "node:crypto"
+import { nativeAsset } from "../../src/Chains/Block.ts"
 import { DatabaseLive } from "../../src/Database/Database.ts"
 import type { ChainName } from "../../src/Domain/Chain.ts"
 import { EmbeddedLive } from "../../src/EventLog/Embedded.ts"
@@ -86,6 +87,8 @@ export interface TransferSpec {
   readonly to: string
   readonly value: bigint
   readonly txHash?: string
+  /** A token contract: the transfer is that token's Transfer log. Default: native value. */
+  readonly asset?: string
 }
 
 let txCounter = 0
@@ -99,7 +102,7 @@ export const block = (
   options: { readonly fork?: string; readonly parentFork?: string; readonly timestamp?: number } = {}
 ): BlockRecord => ({
   type: "block",
-  version: 1,
+  version: 2,
   chain,
   number,
   hash: hashOf(chain, number, options.fork),
@@ -107,7 +110,14 @@ export const block = (
   timestamp: options.timestamp ?? Math.floor(Date.now() / 1000),
   part: 0,
   parts: 1,
-  transfers: transfers.map((t, index) => ({ txHash: t.txHash ?? txHash(), to: t.to, value: t.value, index }))
+  transfers: transfers.map((t, index) => ({
+    txHash: t.txHash ?? txHash(),
+    to: t.to,
+    value: t.value,
+    index,
+    asset: t.asset ?? nativeAsset,
+    origin: t.asset === undefined ? "transaction" as const : "log" as const
+  }))
 })
 
 /** Blocks `from`..`to` of fork `fork` orphaned; their common ancestor is `from - 1` of fork "a". */
