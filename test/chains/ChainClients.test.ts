@@ -120,7 +120,10 @@ describe("bitcoin amounts and outputs", () => {
       { address: "b", value: 1n },
       { address: "a", value: 6n },
       { address: "c", value: 0n }
-    ])).toEqual([{ txHash: "t", to: "a", value: 11n, index: 3 }, { txHash: "t", to: "b", value: 1n, index: 3 }])
+    ])).toEqual([
+      { txHash: "t", to: "a", value: 11n, index: 3, asset: "native", origin: "transaction" },
+      { txHash: "t", to: "b", value: 1n, index: 3, asset: "native", origin: "transaction" }
+    ])
   })
 })
 
@@ -161,7 +164,15 @@ describe("ChainClients on anvil", () => {
         const parent = yield* clients.block("ethereum", receipt.blockNumber - 1n)
         expect(block.parentHash).toBe(parent.hash)
         expect(block.transfers.filter((t) => t.txHash === txHash)).toEqual([
-          { txHash, to: to.toLowerCase(), from: wallet.account.address.toLowerCase(), value, index: receipt.transactionIndex }
+          {
+            txHash,
+            to: to.toLowerCase(),
+            from: wallet.account.address.toLowerCase(),
+            value,
+            index: receipt.transactionIndex,
+            asset: "native",
+            origin: "transaction"
+          }
         ])
       }).pipe(withClients(env))
     }))
@@ -215,7 +226,9 @@ describe("ChainClients on the bitcoin regtest node", () => {
         const block = yield* clients.block("bitcoin", height + 1n)
         expect(block.hash).toBe(mined)
         const toPayee = block.transfers.filter((t) => t.to === payee)
-        expect(toPayee).toEqual([{ txHash: sent.hash, to: payee, value: 80_236n, index: expect.any(Number) }])
+        expect(toPayee).toEqual([
+          { txHash: sent.hash, to: payee, value: 80_236n, index: expect.any(Number), asset: "native", origin: "transaction" }
+        ])
         expect(toPayee[0]?.index).toBeGreaterThan(0)
       }).pipe(withClients(env))
     }))

@@ -74,7 +74,15 @@ describe.each(logKinds)("ChainIngester on anvil through the %s EventLog", (kind)
       const transfers = blocks.flatMap((b) => b.transfers)
       for (const { hash, to, value } of sent) {
         expect(transfers.filter((t) => t.txHash === hash)).toEqual([
-          { txHash: hash, to, from: wallet.account.address.toLowerCase(), value, index: expect.any(Number) }
+          {
+            txHash: hash,
+            to,
+            from: wallet.account.address.toLowerCase(),
+            value,
+            index: expect.any(Number),
+            asset: "native",
+            origin: "transaction"
+          }
         ])
       }
     }))

@@ -1,0 +1,70 @@
+/**
+ * A JSON-RPC node that lacks some methods: a real HTTP server on 127.0.0.1 that forwards every
+ * call (single or batched) to `target`, except the `refused` methods, which it answers with
+ * JSON-RPC error -32601 "method not found", as a node without them does.
+ */
+import { Effect } from "effect"
+import type { Scope } from "effect"
+import { createServer } from "node:http"
+import type { AddressInfo } from "node:net"
+
+interface Call {
+  readonly id: unknown
+  readonly method: string
+}
+
+export interface RpcProxy {
+  readonly url: string
+  /** Methods asked so far, in order. */
+  readonly asked: ReadonlyArray<string>
+}
+
+export const startRpcProxy = (
+  target: string,
+  refused: ReadonlyArray<string>
+): Effect.Effect<RpcProxy, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const asked: Array<string> = []
+    const forward = async (call: Call): Promise<unknown> => {
+      asked.push(call.method)
+      if (refused.includes(call.method)) {
+        return { jsonrpc: "2.0", id: call.id, error: { code: -32601, message: `the method ${call.method} does not exist/is not available` } }
+      }
+      const response = await fetch(target, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify(call)
+      })
+      return response.json()
+    }
+    const server = createServer((request, response) => {
+      const chunks: Array<Buffer> = []
+      request.on("data", (chunk: Buffer) => chunks.push(chunk))
+      request.on("end", () => {
+        const body = JSON.parse(Buffer.concat(chunks).toString("utf8")) as Call | ReadonlyArray<Call>
+        const answer = Array.isArray(body) ? Promise.all(body.map(forward)) : forward(body as Call)
+        answer.then(
+          (result) => {
+            response.writeHead(200, { "content-type": "application/json" })
+            response.end(JSON.stringify(result))
+          },
+          (error: unknown) => {
+            response.writeHead(502)
+            response.end(String(error))
+          }
+        )
+      })
+    })
+    yield* Effect.acquireRelease(
+      Effect.async<void>((resume) => {
+        server.listen(0, "127.0.0.1", () => resume(Effect.void))
+      }),
+      () =>
+        Effect.async<void>((resume) => {
+          server.closeAllConnections()
+          server.close(() => resume(Effect.void))
+        })
+    )
+    const { port } = server.address() as AddressInfo
+    return { url: `http://127.0.0.1:${port}`, asked }
+  })
