@@ -4,16 +4,13 @@
  */
 import { SqlClient } from "@effect/sql"
 import { BigDecimal, Effect } from "effect"
-import { randomUUID } from "node:crypto"
 import { chainOfDonationChain, chains, type DonationChainName } from "../Domain/Chain.ts"
-import { formatDecimal, formatSmallest } from "../Domain/Money.ts"
+import { formatSmallest } from "../Domain/Money.ts"
 import { DonationAddresses } from "../Donations/DonationAddresses.ts"
 import { badRequest, notFound } from "../Http/Errors.ts"
 import { isUuid } from "../Http/Ids.ts"
-import { toUpstream } from "../Http/Upstream.ts"
-import { effectiveStatus, expiresAfter, Lifetimes } from "../Watches/Lifetimes.ts"
-import { Watches } from "../Watches/Watches.ts"
-import { nativeAsset } from "../Chains/Block.ts"
+import { effectiveStatus, Lifetimes } from "../Watches/Lifetimes.ts"
+import { native, Watches } from "../Watches/Watches.ts"
 import { Accounts } from "./Accounts.ts"
 import { DonationIntentOut, DonationSignupOut, IntentStatusOut, type SignupIn, SignupOut } from "./Api.ts"
 import { isPlanName, paidPlans } from "./Plans.ts"
@@ -73,42 +70,36 @@ export class Signup extends Effect.Service<Signup>()("confirmd/Signup", {
         if (BigDecimal.lessThan(usd, BigDecimal.fromBigInt(BigInt(plan.minDonationUsd)))) {
           return yield* badRequest(`The minimum donation for plan '${plan.name}' is ${plan.minDonationUsd} USD`)
         }
-        const chain = chainOfDonationChain(target.chain)
-        const quote = yield* watches.quote(chain, usd).pipe(Effect.mapError(toUpstream))
-        const intentId = randomUUID()
-        const expiresAt = expiresAfter(lifetimes.signupIntent)
-        const usdText = formatDecimal(usd)
-        const { account, amount } = yield* Effect.gen(function*() {
-          const account = yield* accounts.create({ email: input.email, plan: plan.name, status: "pending" })
-          const amount = yield* watches.open({
-            id: intentId,
-            kind: "intent",
-            chain,
-            address: target.address,
-            asset: nativeAsset,
-            amount: quote.amount,
-            startBlock: quote.head,
-            expiresAt
-          })
-          yield* sql`
-            INSERT INTO signup_intents (id, account_id, chain, address, amount_smallest, usd_amount, status, start_block, expires_at)
-            VALUES (${intentId}, ${account.id}, ${target.chain}, ${target.address}, ${amount.toString()}::numeric,
-                    ${usdText}::numeric, 'PENDING', ${quote.head === null ? null : String(quote.head)}::bigint, ${expiresAt})`
-          return { account, amount }
-        }).pipe(sql.withTransaction, Effect.orDie)
+        const opened = yield* watches.create({
+          kind: "intent",
+          chain: chainOfDonationChain(target.chain),
+          asset: native,
+          usd,
+          lifetime: lifetimes.signupIntent,
+          prepare: () =>
+            Effect.map(
+              accounts.create({ email: input.email, plan: plan.name, status: "pending" }),
+              (account) => ({ address: target.address, prepared: account })
+            ),
+          insert: ({ amount, expiresAt, id, prepared: account, startBlock, usdText }) =>
+            sql`
+              INSERT INTO signup_intents (id, account_id, chain, address, amount_smallest, usd_amount, status, start_block, expires_at)
+              VALUES (${id}, ${account.id}, ${target.chain}, ${target.address}, ${amount.toString()}::numeric,
+                      ${usdText}::numeric, 'PENDING', ${startBlock === null ? null : String(startBlock)}::bigint, ${expiresAt})`
+        })
         return new DonationSignupOut({
-          api_key: account.apiKey,
-          user_id: account.id,
+          api_key: opened.prepared.apiKey,
+          user_id: opened.prepared.id,
           plan: plan.name,
           account_status: "pending",
           donation: new DonationIntentOut({
-            intent_id: intentId,
+            intent_id: opened.id,
             chain: target.chain,
-            address: target.address,
-            amount_native: formatSmallest(amount, decimalsOf(target.chain)),
-            amount_smallest: amount.toString(),
-            usd_amount: usdText,
-            expires_at: expiresAt.toISOString()
+            address: opened.address,
+            amount_native: opened.amountText,
+            amount_smallest: opened.amount.toString(),
+            usd_amount: opened.usdText,
+            expires_at: opened.expiresAtText
           })
         })
       })

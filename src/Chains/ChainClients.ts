@@ -9,6 +9,7 @@
  * - `BITCOIN_RPC_URL`: Core-style JSON-RPC endpoint (`http://user:pass@host:port/`); when
  *   unset, the Esplora REST API at `ESPLORA_URL` (default https://blockstream.info/api).
  * - `RPC_TIMEOUT_MS` (default 10000): limit for every node call.
+ * - `TOKEN_<CHAIN>_<SYMBOL>`, `TOKEN_USD_PRICE_<SYMBOL>`: the stablecoins accepted, see Tokens.ts.
  * - `TRACES_<CHAIN>` (`auto` | `on` | `off`, default `auto`): internal transfers from call
  *   traces, see EvmBlocks.ts.
  * - `BITCOIN_NETWORK` and its overrides: see `bitcoinParamsConfig`.
@@ -23,6 +24,8 @@ import { type ChainBlock, ChainUnavailable } from "./Block.ts"
 import { makeEsplora } from "./Esplora.ts"
 import { type EvmChainName, type EvmClient, makeEvmClient, viemChains } from "./Evm.ts"
 import { type BlockReading, tracesSettingConfig } from "./EvmBlocks.ts"
+import { chainTokensConfig } from "./Tokens.ts"
+import type { TokenDeployment, TokenSymbol } from "../Domain/Asset.ts"
 
 export { ChainBlock, ChainTransfer, ChainUnavailable } from "./Block.ts"
 export type { BitcoinClient } from "./BitcoinClient.ts"
@@ -74,6 +77,7 @@ export class ChainClients extends Effect.Service<ChainClients>()("confirmd/Chain
     const enabledChains = yield* enabledChainsConfig
     const timeout = yield* timeoutConfig
     const bitcoinParams = yield* bitcoinParamsConfig
+    const tokens = yield* chainTokensConfig(enabledChains)
 
     const evmClients = new Map<ChainName, EvmClient>()
     for (const chain of enabledChains) {
@@ -82,7 +86,7 @@ export class ChainClients extends Effect.Service<ChainClients>()("confirmd/Chain
         chain,
         yield* makeEvmClient(chain, yield* evmUrlConfig(chain), timeout, {
           traces: yield* tracesSettingConfig(chain),
-          tokens: new Set()
+          tokens: new Set(Array.from(tokens.get(chain)?.values() ?? [], (token) => token.contract))
         })
       )
     }
@@ -113,6 +117,9 @@ export class ChainClients extends Effect.Service<ChainClients>()("confirmd/Chain
         canonicalAddress(chain, raw, bitcoinParams),
       /** The EVM client of an enabled chain. */
       evm,
+      /** The configured deployment of a stablecoin on an enabled chain, if it has one. */
+      token: (chain: ChainName, symbol: TokenSymbol): Option.Option<TokenDeployment> =>
+        Option.fromNullable(tokens.get(chain)?.get(symbol)),
       /** The bitcoin client, if bitcoin is enabled. */
       bitcoin,
       /** Current block height. */

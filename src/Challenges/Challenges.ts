@@ -1,16 +1,13 @@
 /** Public donation challenges: an exact-amount donation request anyone can create and poll. */
 import { SqlClient } from "@effect/sql"
 import { BigDecimal, Config, ConfigError, Effect, Either, Option } from "effect"
-import { randomUUID } from "node:crypto"
 import { chainOfDonationChain, chains, type DonationChainName } from "../Domain/Chain.ts"
 import { formatDecimal, formatSmallest, parseDecimal } from "../Domain/Money.ts"
 import { DonationAddresses } from "../Donations/DonationAddresses.ts"
 import { badRequest, notFound } from "../Http/Errors.ts"
 import { isUuid } from "../Http/Ids.ts"
-import { toUpstream } from "../Http/Upstream.ts"
-import { effectiveStatus, expiresAfter, Lifetimes } from "../Watches/Lifetimes.ts"
-import { Watches } from "../Watches/Watches.ts"
-import { nativeAsset } from "../Chains/Block.ts"
+import { effectiveStatus, Lifetimes } from "../Watches/Lifetimes.ts"
+import { native, Watches } from "../Watches/Watches.ts"
 import { checkCallbackUrl } from "../Webhooks/CallbackUrl.ts"
 import { type ChallengeIn, ChallengeOut, ChallengeStatusOut } from "./Api.ts"
 
@@ -51,36 +48,27 @@ export class Challenges extends Effect.Service<Challenges>()("confirmd/Challenge
         if (input.callback_url !== null) {
           yield* checkCallbackUrl(input.callback_url).pipe(Effect.mapError((e) => badRequest(e.message)))
         }
-        const chain = chainOfDonationChain(target.chain)
-        const quote = yield* watches.quote(chain, input.usd_amount).pipe(Effect.mapError(toUpstream))
-        const id = randomUUID()
-        const expiresAt = expiresAfter(lifetimes.challenge)
-        const usd = formatDecimal(input.usd_amount)
-        const amount = yield* Effect.gen(function*() {
-          const amount = yield* watches.open({
-            id,
-            kind: "challenge",
-            chain,
-            address: target.address,
-            asset: nativeAsset,
-            amount: quote.amount,
-            startBlock: quote.head,
-            expiresAt
-          })
-          yield* sql`
-            INSERT INTO challenges (id, chain, address, amount_smallest, usd_amount, callback_url, status, start_block, expires_at)
-            VALUES (${id}, ${target.chain}, ${target.address}, ${amount.toString()}::numeric, ${usd}::numeric,
-                    ${input.callback_url}, 'PENDING', ${quote.head === null ? null : String(quote.head)}::bigint, ${expiresAt})`
-          return amount
-        }).pipe(sql.withTransaction, Effect.orDie)
+        const opened = yield* watches.create({
+          kind: "challenge",
+          chain: chainOfDonationChain(target.chain),
+          asset: native,
+          usd: input.usd_amount,
+          lifetime: lifetimes.challenge,
+          prepare: () => Effect.succeed({ address: target.address, prepared: null }),
+          insert: ({ amount, expiresAt, id, startBlock, usdText }) =>
+            sql`
+              INSERT INTO challenges (id, chain, address, amount_smallest, usd_amount, callback_url, status, start_block, expires_at)
+              VALUES (${id}, ${target.chain}, ${target.address}, ${amount.toString()}::numeric, ${usdText}::numeric,
+                      ${input.callback_url}, 'PENDING', ${startBlock === null ? null : String(startBlock)}::bigint, ${expiresAt})`
+        })
         return new ChallengeOut({
-          challenge_id: id,
+          challenge_id: opened.id,
           chain: target.chain,
-          address: target.address,
-          amount_native: formatSmallest(amount, chains[chain].decimals),
-          amount_smallest: amount.toString(),
-          usd_amount: usd,
-          expires_at: expiresAt.toISOString()
+          address: opened.address,
+          amount_native: opened.amountText,
+          amount_smallest: opened.amount.toString(),
+          usd_amount: opened.usdText,
+          expires_at: opened.expiresAtText
         })
       })
 

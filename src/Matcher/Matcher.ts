@@ -27,6 +27,7 @@ import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Clock, DateTime, Effect, SubscriptionRef } from "effect"
 import { type ChainName, chainOfDonationChain, chains, type DonationChainName } from "../Domain/Chain.ts"
+import { type Asset, assetDecimals } from "../Domain/Asset.ts"
 import { formatSmallest } from "../Domain/Money.ts"
 import { Outbox } from "../Outbox/Outbox.ts"
 import type { BlockMessage, BlockRecord, BlockRef, ReorgRecord } from "../Ingest/BlockMessage.ts"
@@ -150,6 +151,8 @@ interface PaidRow {
   readonly account_id: string
   readonly chain: ChainName
   readonly address: string
+  readonly asset: Asset
+  readonly token_contract: string | null
   readonly amount_smallest: string
   readonly usd_amount: string
   readonly callback_url: string
@@ -214,7 +217,7 @@ export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
             paid_at = CASE WHEN block_number <= ${confirmedUpTo(head, required).toString()}::bigint THEN now() END
           WHERE chain = ${chain} AND status = 'PENDING' AND tx_hash IS NOT NULL
             AND block_number <= ${head.toString()}::bigint
-          RETURNING id, account_id, chain, address, amount_smallest::text AS amount_smallest,
+          RETURNING id, account_id, chain, address, asset, token_contract, amount_smallest::text AS amount_smallest,
                     usd_amount::text AS usd_amount, callback_url, tx_hash, block_number::text AS block_number,
                     block_hash, confirmations, status
         ),
@@ -227,7 +230,7 @@ export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
             block_time = to_timestamp(${blockTime}::double precision), updated_at = clock_timestamp()
           WHERE chain = ${chain}
         )
-        SELECT id, account_id, chain, address, amount_smallest, usd_amount, callback_url, tx_hash,
+        SELECT id, account_id, chain, address, asset, token_contract, amount_smallest, usd_amount, callback_url, tx_hash,
                block_number, block_hash, confirmations
         FROM counted WHERE status = 'PAID'`
 
@@ -237,6 +240,9 @@ export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
       for (const row of rows) {
         const amount = BigInt(row.amount_smallest)
         const blockNumber = BigInt(row.block_number)
+        const token = row.asset !== "native" && row.token_contract !== null
+          ? { asset: row.asset, tokenContract: row.token_contract }
+          : {}
         deliveries.push(paymentDelivery(row.callback_url, {
           paymentId: row.id,
           userId: row.account_id,
@@ -245,7 +251,8 @@ export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
           txHash: row.tx_hash,
           blockNumber,
           confirmations: row.confirmations,
-          expectedAmountWei: amount
+          expectedAmountWei: amount,
+          ...token
         }))
         events.push(outboxRow(confirmationRecord.paymentPaid({
           paymentId: row.id,
@@ -257,8 +264,9 @@ export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
           blockHash: row.block_hash,
           confirmations: row.confirmations,
           amountSmallest: amount,
-          amountNative: formatSmallest(amount, chains[row.chain].decimals),
-          usdAmount: row.usd_amount
+          amountNative: formatSmallest(amount, assetDecimals(row.chain, row.asset)),
+          usdAmount: row.usd_amount,
+          ...token
         }, occurredAt)))
       }
       return { deliveries, events }

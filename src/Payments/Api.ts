@@ -1,6 +1,7 @@
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { Authentication } from "../Accounts/Authentication.ts"
+import { Asset } from "../Domain/Asset.ts"
 import { ChainNameInput } from "../Domain/Chain.ts"
 import { UsdAmountInput } from "../Domain/Money.ts"
 import {
@@ -12,10 +13,24 @@ import {
 } from "../Http/Errors.ts"
 import { CallbackUrlInput, DateTimeString, DecimalString } from "../Http/Schemas.ts"
 
+const assetDescription =
+  "What the payment is paid in: `native` (the chain's coin, the default) or a stablecoin, `USDC` or `USDT`, " +
+  "on the EVM chains where it has an official deployment. Only `Transfer` logs of that exact token contract " +
+  "in successful transactions pay. Bitcoin accepts only `native`."
+
+/** Present on token payments only, so that a native payment looks exactly as the spec shows it. */
+const tokenFields = {
+  asset: Schema.optional(Asset.annotations({ description: "The stablecoin paid in; absent on native payments" })),
+  token_contract: Schema.optional(
+    Schema.String.annotations({ description: "The token contract whose Transfer logs pay; absent on native payments" })
+  )
+}
+
 export class CreatePaymentIn extends Schema.Class<CreatePaymentIn>("CreatePaymentIn")({
   usd_amount: UsdAmountInput,
   chain: ChainNameInput,
-  callback_url: CallbackUrlInput
+  callback_url: CallbackUrlInput,
+  asset: Schema.optional(Asset.annotations({ description: assetDescription }))
 }) {}
 
 export class CreatePaymentOut extends Schema.Class<CreatePaymentOut>("CreatePaymentOut")({
@@ -23,11 +38,13 @@ export class CreatePaymentOut extends Schema.Class<CreatePaymentOut>("CreatePaym
   chain: Schema.String,
   address: Schema.String,
   amount_wei: DecimalString.annotations({
-    description: "Exact amount in the chain's smallest unit (satoshis on bitcoin, wei elsewhere)"
+    description:
+      "Exact amount in the smallest unit of the payment's asset (satoshis on bitcoin, wei on EVM chains, the token's own units for a stablecoin)"
   }),
-  amount_native: DecimalString,
+  amount_native: DecimalString.annotations({ description: "The same amount in whole units of the asset" }),
   usd_amount: DecimalString,
-  expires_at: DateTimeString
+  expires_at: DateTimeString,
+  ...tokenFields
 }) {}
 
 export class PaymentStatus extends Schema.Class<PaymentStatus>("PaymentStatus")({
@@ -38,7 +55,8 @@ export class PaymentStatus extends Schema.Class<PaymentStatus>("PaymentStatus")(
   amount_native: DecimalString,
   usd_amount: DecimalString,
   tx_hash: Schema.NullOr(Schema.String),
-  confirmations: Schema.Int
+  confirmations: Schema.Int,
+  ...tokenFields
 }) {}
 
 export class PaymentsApi extends HttpApiGroup.make("payments")
@@ -52,7 +70,7 @@ export class PaymentsApi extends HttpApiGroup.make("payments")
       .addError(UpstreamErrorResponse)
       .annotate(
         OpenApi.Description,
-        "Converts the USD amount to an exact native amount, allocates one of your addresses and starts monitoring. The payer must send exactly `amount_native`. Consumes one event."
+        "Converts the USD amount to an exact amount of the asset (the chain's native coin unless `asset` names a stablecoin), allocates one of your addresses and starts monitoring. The payer must send exactly `amount_native`; only value the chain settled pays (a successful transaction's value, successful internal transfers where the node offers traces, Transfer logs of the exact token contract). Consumes one event."
       )
       .annotate(OpenApi.Summary, "Create a monitored payment")
   )

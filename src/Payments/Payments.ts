@@ -1,19 +1,18 @@
 import { SqlClient } from "@effect/sql"
-import { Effect } from "effect"
+import { Effect, Option } from "effect"
 import type { BigDecimal } from "effect"
-import { randomUUID } from "node:crypto"
 import { Accounts } from "../Accounts/Accounts.ts"
 import { Addresses, isChainName, unsupportedChain } from "../Addresses/Addresses.ts"
 import { ChainClients } from "../Chains/ChainClients.ts"
-import { chains } from "../Domain/Chain.ts"
-import { formatDecimal, formatSmallest } from "../Domain/Money.ts"
+import type { ChainName } from "../Domain/Chain.ts"
+import { formatSmallest } from "../Domain/Money.ts"
 import { badRequest, notFound } from "../Http/Errors.ts"
 import { isUuid } from "../Http/Ids.ts"
-import { effectiveStatus, expiresAfter, Lifetimes } from "../Watches/Lifetimes.ts"
-import { Watches } from "../Watches/Watches.ts"
-import { nativeAsset } from "../Chains/Block.ts"
+import { effectiveStatus, Lifetimes } from "../Watches/Lifetimes.ts"
+import { native, type WatchAsset, Watches } from "../Watches/Watches.ts"
+import { type Asset, assetDecimals } from "../Domain/Asset.ts"
+import { isToken } from "../Chains/Tokens.ts"
 import { checkCallbackUrl } from "../Webhooks/CallbackUrl.ts"
-import { toUpstream } from "../Http/Upstream.ts"
 import { CreatePaymentOut, PaymentStatus } from "./Api.ts"
 
 interface PaymentRow {
@@ -21,21 +20,30 @@ interface PaymentRow {
   readonly status: "PENDING" | "PAID" | "EXPIRED"
   readonly chain: string
   readonly address: string
+  readonly asset: Asset
+  readonly token_contract: string | null
   readonly amount_smallest: string
   readonly usd_amount: string
   readonly tx_hash: string | null
   readonly confirmations: number
 }
 
+/** `asset` and `token_contract`, on token payments only. */
+export const tokenFieldsOf = (asset: Asset, tokenContract: string | null) =>
+  asset === "native" || tokenContract === null ? {} : { asset, token_contract: tokenContract }
+
 const toStatus = (row: PaymentRow): PaymentStatus => new PaymentStatus({
   payment_id: row.id,
   status: row.status,
   chain: row.chain,
   address: row.address,
-  amount_native: isChainName(row.chain) ? formatSmallest(BigInt(row.amount_smallest), chains[row.chain].decimals) : row.amount_smallest,
+  amount_native: isChainName(row.chain)
+    ? formatSmallest(BigInt(row.amount_smallest), assetDecimals(row.chain, row.asset))
+    : row.amount_smallest,
   usd_amount: row.usd_amount,
   tx_hash: row.tx_hash,
-  confirmations: row.confirmations
+  confirmations: row.confirmations,
+  ...tokenFieldsOf(row.asset, row.token_contract)
 })
 
 export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
@@ -47,10 +55,23 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
     const chainClients = yield* ChainClients
     const lifetimes = yield* Lifetimes
 
+    /** The asset asked for on `chain`, or why it cannot be paid there. */
+    const resolveAsset = (chain: ChainName, asset: Asset) => {
+      if (!isToken(asset)) return Effect.succeed(native)
+      if (chain === "bitcoin") {
+        return Effect.fail(badRequest(`Bitcoin payments are in BTC only; asset '${asset}' is not accepted`, "Omit asset or use 'native'"))
+      }
+      return Option.match(chainClients.token(chain, asset), {
+        onNone: () => Effect.fail(badRequest(`${asset} is not accepted on chain '${chain}'`)),
+        onSome: (token) => Effect.succeed<WatchAsset>({ _tag: "token", token })
+      })
+    }
+
     const create = (accountId: string, input: {
       readonly usd_amount: BigDecimal.BigDecimal
       readonly chain: string
       readonly callback_url: string
+      readonly asset?: Asset | undefined
     }) =>
       Effect.gen(function*() {
         if (!isChainName(input.chain)) return yield* unsupportedChain(input.chain)
@@ -58,6 +79,9 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
         if (!chainClients.isEnabled(chain)) {
           return yield* badRequest(`Chain '${chain}' is not monitored by this deployment`)
         }
+        const asset = input.asset ?? "native"
+        const watchAsset = yield* resolveAsset(chain, asset)
+        const tokenContract = watchAsset._tag === "token" ? watchAsset.token.contract : null
         yield* checkCallbackUrl(input.callback_url).pipe(Effect.mapError((e) => badRequest(e.message)))
         yield* accounts.requireActive(accountId)
         if (!(yield* addresses.hasAny(accountId, chain))) {
@@ -66,52 +90,40 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
             "Register one with POST /addresses first"
           )
         }
-        const quote = yield* watches.quote(chain, input.usd_amount).pipe(Effect.mapError(toUpstream))
-        const id = randomUUID()
-        const expiresAt = expiresAfter(lifetimes.payment)
-        const usd = formatDecimal(input.usd_amount)
-        const { address, amount } = yield* Effect.gen(function*() {
-          yield* accounts.consumeEvent(accountId)
-          const address = yield* addresses.allocate(accountId, chain).pipe(Effect.orDie)
-          if (address === undefined) {
-            return yield* badRequest(`No addresses registered for chain '${chain}'`)
-          }
-          yield* sql`
-            INSERT INTO payments (id, account_id, chain, address, amount_smallest, usd_amount, callback_url,
-                                  status, start_block, expires_at)
-            VALUES (${id}, ${accountId}, ${chain}, ${address}, ${quote.amount.toString()}::numeric, ${usd}::numeric,
-                    ${input.callback_url}, 'PENDING', ${String(quote.head)}::bigint, ${expiresAt})`.pipe(Effect.orDie)
-          const amount = yield* watches.open({
-            id,
-            kind: "payment",
-            chain,
-            address,
-            asset: nativeAsset,
-            amount: quote.amount,
-            startBlock: quote.head,
-            expiresAt
-          }).pipe(Effect.orDie)
-          if (amount !== quote.amount) {
-            yield* sql`UPDATE payments SET amount_smallest = ${amount.toString()}::numeric WHERE id = ${id}`.pipe(Effect.orDie)
-          }
-          return { address, amount }
-        }).pipe(sql.withTransaction, Effect.catchTag("SqlError", Effect.die))
-        yield* Effect.logInfo("payment created").pipe(
-          Effect.annotateLogs({ paymentId: id, chain, address, amountSmallest: amount.toString() })
-        )
-        return new CreatePaymentOut({
-          payment_id: id,
+        const opened = yield* watches.create({
+          kind: "payment",
           chain,
-          address,
-          amount_wei: amount.toString(),
-          amount_native: formatSmallest(amount, chains[chain].decimals),
-          usd_amount: usd,
-          expires_at: expiresAt.toISOString()
+          asset: watchAsset,
+          usd: input.usd_amount,
+          lifetime: lifetimes.payment,
+          prepare: () =>
+            Effect.gen(function*() {
+              yield* accounts.consumeEvent(accountId)
+              const address = yield* addresses.allocate(accountId, chain)
+              if (address === undefined) return yield* badRequest(`No addresses registered for chain '${chain}'`)
+              return { address, prepared: null }
+            }),
+          insert: ({ address, amount, expiresAt, id, startBlock, usdText }) =>
+            sql`
+              INSERT INTO payments (id, account_id, chain, address, asset, token_contract, amount_smallest, usd_amount,
+                                    callback_url, status, start_block, expires_at)
+              VALUES (${id}, ${accountId}, ${chain}, ${address}, ${asset}, ${tokenContract}, ${amount.toString()}::numeric,
+                      ${usdText}::numeric, ${input.callback_url}, 'PENDING', ${String(startBlock)}::bigint, ${expiresAt})`
+        })
+        return new CreatePaymentOut({
+          payment_id: opened.id,
+          chain,
+          address: opened.address,
+          amount_wei: opened.amount.toString(),
+          amount_native: opened.amountText,
+          usd_amount: opened.usdText,
+          expires_at: opened.expiresAtText,
+          ...tokenFieldsOf(asset, tokenContract)
         })
       })
 
     const select = sql.literal(
-      `SELECT id, ${effectiveStatus} AS status, chain, address, amount_smallest::text AS amount_smallest,
+      `SELECT id, ${effectiveStatus} AS status, chain, address, asset, token_contract, amount_smallest::text AS amount_smallest,
               usd_amount::text AS usd_amount, tx_hash, confirmations FROM payments`
     )
 

@@ -15,6 +15,7 @@
  * re-processed) collides on the primary key instead of producing a second event.
  */
 import { Schema } from "effect"
+import { TokenSymbol } from "../Domain/Asset.ts"
 import { ChainName, DonationChainName } from "../Domain/Chain.ts"
 
 /** Smallest units: bigint in programs, decimal string in JSON. */
@@ -28,6 +29,15 @@ const DecimalString = Schema.String.pipe(Schema.pattern(/^-?[0-9]+(\.[0-9]+)?$/)
 // Webhook bodies (SPEC.md "Events")
 // ---------------------------------------------------------------------------------------
 
+/**
+ * A stablecoin payment's asset and token contract. Present on token payments only: a native
+ * payment's bodies are exactly the spec's.
+ */
+const tokenFields = {
+  asset: Schema.optional(TokenSymbol),
+  tokenContract: Schema.optional(Schema.String)
+}
+
 /** Body POSTed to a payment's `callback_url` when it becomes PAID. */
 export const PaymentCallback = Schema.Struct({
   paymentId: Schema.UUID,
@@ -37,7 +47,9 @@ export const PaymentCallback = Schema.Struct({
   txHash: Schema.String,
   blockNumber: BlockNumber,
   confirmations: Schema.NonNegativeInt,
-  expectedAmountWei: Smallest
+  /** In the smallest unit of the payment's asset (the token's own units for a stablecoin). */
+  expectedAmountWei: Smallest,
+  ...tokenFields
 })
 export type PaymentCallback = typeof PaymentCallback.Type
 export type PaymentCallbackJson = typeof PaymentCallback.Encoded
@@ -76,7 +88,8 @@ export const PaymentPaidData = Schema.Struct({
   confirmations: Schema.NonNegativeInt,
   amountSmallest: Smallest,
   amountNative: DecimalString,
-  usdAmount: DecimalString
+  usdAmount: DecimalString,
+  ...tokenFields
 })
 
 /** A PAID payment's transaction left the canonical chain; the payment stays PAID. */

@@ -155,6 +155,36 @@ layer(App.layer(config), { excludeTestServices: true })("settled value on a node
     }))
 })
 
+/** A node that offers `trace_block` (OpenEthereum style) but not geth's debug tracer. */
+const parityNode = Layer.unwrapScoped(
+  Effect.map(
+    startRpcProxy(anvilUrl(), ["debug_traceBlockByNumber"]),
+    (proxy) => App.layer({ ...config, RPC_URL_ETHEREUM: proxy.url })
+  )
+)
+
+layer(parityNode, { excludeTestServices: true })("settled value on a node with trace_block", (it) => {
+  it.scoped("reads internal transfers from trace_block: a forwarder pays, a send in a reverted frame does not", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const receiver = yield* WebhookReceiver.make()
+      expect(yield* eventually(readingOf(app, "ethereum"), (r) => r !== null && r !== undefined)).toEqual({
+        receipts: "eth_getBlockReceipts",
+        traces: "trace_block"
+      })
+      const forwarder = yield* deploy("Forwarder")
+      const [paid, caught] = [freshAddress(), freshAddress()]
+      const forwarded = yield* paymentTo(app, paid, "17", receiver.url)
+      const reverted = yield* paymentTo(app, caught, "18", receiver.url)
+      expect((yield* call("Forwarder", forwarder, "forwardInRevertedFrame", [caught], reverted.amount)).status).toBe("success")
+      const sent = yield* call("Forwarder", forwarder, "forward", [paid], forwarded.amount)
+      yield* anvil.mine(1)
+      const status = yield* eventually(statusOf(app, forwarded.key, forwarded.payment.payment_id), (s) => s.status === "PAID")
+      expect(status.tx_hash).toBe(sent.hash)
+      expect(yield* statusOf(app, reverted.key, reverted.payment.payment_id)).toMatchObject({ status: "PENDING", tx_hash: null })
+    }))
+})
+
 /** A node without eth_getBlockReceipts and without traces, in front of the same anvil. */
 const bareNode = Layer.unwrapScoped(
   Effect.map(
