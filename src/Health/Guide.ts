@@ -34,6 +34,26 @@ Donation chains (signup and challenges): bitcoin, ethereum, binance (= bnb).
    expectedAmountWei\`. Answer 2xx; other answers are retried (1 s doubling to 30 s, 6 attempts).
    Callbacks may repeat: handle them idempotently by \`paymentId\`. Poll \`GET /payments/{id}\` to reconcile.
 
+## Stablecoins
+
+Add \`"asset":"USDC"\` or \`"asset":"USDT"\` to \`POST /payments\` to be paid in that stablecoin
+(EVM chains where it has an official deployment; 1 token = 1 USD unless the deployment says
+otherwise). \`amount_wei\` is then in the token's own smallest units (6 decimals; 18 on bnb) and
+\`amount_native\` in whole tokens. The response, \`GET /payments/{id}\` and the callback then also
+carry \`asset\` and the token contract (\`token_contract\`; \`tokenContract\` in the callback): the
+payer must send that exact token. Without \`asset\` (or with \`"native"\`) a payment is in the
+chain's native coin and no field changes. Bitcoin accepts only \`native\`.
+
+## What counts as a payment
+
+Only value the chain settled, to the payment's address, of exactly the amount:
+- a transaction's own value, when its receipt says it succeeded (a reverted transaction pays nothing);
+- value sent by a contract (a smart wallet, a batch withdrawal) in a call that did not revert,
+  where the chain's node offers call traces;
+- for stablecoins, a \`Transfer\` log of that exact token contract in a successful transaction
+  (a token with the same name at another address never pays).
+One transaction may pay several payments.
+
 ## Rules worth knowing
 
 - Amounts are decimal strings; never round them.
