@@ -8,6 +8,11 @@
  * `evm_mine`, repeated) and then caught up from `START_BLOCK_ETHEREUM`, so the figures are
  * the catch-up rate: fetch (`INGEST_CONCURRENCY`), publish, cursor write.
  *
+ * On the embedded log the ingester runs twice, reading receipts only (`TRACES_ETHEREUM=off`)
+ * and receipts with call traces; each is put beside a bare loop making the same RPC calls
+ * for the same blocks at the same concurrency (block, receipts, traces; nothing else), as a
+ * ratio: what normalising, publishing and the cursor cost on top of the node's answers.
+ *
  *   npx tsx bench/ingest.ts      (or `run` from bench/index.ts)
  */
 import { Config, ConfigProvider, Context, Deferred, Effect, Layer, Logger, LogLevel, Ref, Schedule, Stream } from "effect"
@@ -75,7 +80,30 @@ const prepare = (url: string, blocks: number) =>
     return { first, last: first + BigInt(blocks) - 1n }
   })
 
-const measure = (kind: "embedded" | "kafka", url: string, first: bigint, last: bigint) =>
+const concurrency = 8
+
+/** The RPC calls the ingester makes per block, made by a plain loop; blocks per second. */
+const bareLoop = (url: string, first: bigint, last: bigint, traces: boolean) =>
+  Effect.gen(function*() {
+    const heights = Array.from({ length: Number(last - first + 1n) }, (_, i) => `0x${(first + BigInt(i)).toString(16)}`)
+    const started = performance.now()
+    yield* Effect.forEach(heights, (height) =>
+      Effect.all([
+        call(url, "eth_getBlockByNumber", [height, true]),
+        call(url, "eth_getBlockReceipts", [height]),
+        ...(traces ? [call(url, "debug_traceBlockByNumber", [height, { tracer: "callTracer" }])] : [])
+      ], { concurrency: "unbounded" }), { concurrency, discard: true })
+    return heights.length / ((performance.now() - started) / 1000)
+  })
+
+const measure = (
+  kind: "embedded" | "kafka",
+  url: string,
+  first: bigint,
+  last: bigint,
+  traces: "off" | "auto",
+  label: string
+) =>
   Effect.gen(function*() {
     const dataDir = mkdtempSync(path.join(tmpdir(), "confirmd-bench-"))
     yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(dataDir, { recursive: true, force: true })))
@@ -85,6 +113,8 @@ const measure = (kind: "embedded" | "kafka", url: string, first: bigint, last: b
       ["RPC_URL_ETHEREUM", url],
       ["START_BLOCK_ETHEREUM", String(first)],
       ["POLL_INTERVAL_MS", "50"],
+      ["INGEST_CONCURRENCY", String(concurrency)],
+      ["TRACES_ETHEREUM", traces],
       ["DATA_DIR", dataDir],
       ["KAFKA_BROKERS", brokers],
       ["KAFKA_TOPIC_PREFIX", `bench-${Date.now()}`]
@@ -116,20 +146,36 @@ const measure = (kind: "embedded" | "kafka", url: string, first: bigint, last: b
     const count = yield* Ref.get(transfers)
     yield* Effect.sync(() =>
       console.log(
-        `ingest via ${kind.padEnd(8)}: ${blocks} blocks, ${count} transfers in ${seconds.toFixed(2)} s = ` +
+        `ingest via ${kind.padEnd(8)} (${label}): ${blocks} blocks, ${count} transfers in ${seconds.toFixed(2)} s = ` +
           `${(blocks / seconds).toFixed(1)} blocks/s, ${Math.round(count / seconds)} transfers/s`
       )
     )
+    return blocks / seconds
   }).pipe(Effect.scoped)
+
+/** The ingester's rate next to the bare calls' rate for the same blocks. */
+const compare = (url: string, first: bigint, last: bigint, traces: boolean) =>
+  Effect.gen(function*() {
+    const label = traces ? "receipts + traces" : "receipts"
+    const ingested = yield* measure("embedded", url, first, last, traces ? "auto" : "off", label)
+    const bare = yield* bareLoop(url, first, last, traces)
+    yield* Effect.sync(() =>
+      console.log(
+        `bare RPC loop     (${label}): ${bare.toFixed(1)} blocks/s for the same calls; ` +
+          `ingest runs at ${(ingested / bare).toFixed(2)}x the bare rate`
+      )
+    )
+  })
 
 export const run = Effect.gen(function*() {
   const blocks = yield* Config.integer("BENCH_BLOCKS").pipe(Config.withDefault(30))
   const port = yield* Config.integer("BENCH_ANVIL_PORT").pipe(Config.withDefault(8565))
   const url = yield* anvil(port)
   const { first, last } = yield* prepare(url, blocks)
-  yield* measure("embedded", url, first, last)
+  yield* compare(url, first, last, false)
+  yield* compare(url, first, last, true)
   if ((yield* Config.string("KAFKA_BROKERS").pipe(Config.withDefault(""))).trim() !== "") {
-    yield* measure("kafka", url, first, last)
+    yield* measure("kafka", url, first, last, "auto", "receipts + traces")
   } else {
     yield* Effect.sync(() => console.log("ingest via kafka   : skipped (KAFKA_BROKERS unset)"))
   }

@@ -1,6 +1,15 @@
 /** EVM chains through viem public clients. */
 import { Duration, Effect } from "effect"
-import { BaseError, type Chain, createPublicClient, http, type HttpTransport, type PublicClient, RpcError } from "viem"
+import {
+  BaseError,
+  type Chain,
+  createPublicClient,
+  http,
+  HttpRequestError,
+  type HttpTransport,
+  type PublicClient,
+  RpcError
+} from "viem"
 import { arbitrum, avalanche, base, bsc, linea, mainnet, optimism, polygon, zksync } from "viem/chains"
 import type { ChainName } from "../Domain/Chain.ts"
 import { type ChainBlock, ChainUnavailable } from "./Block.ts"
@@ -41,6 +50,8 @@ const describe = (error: unknown): string =>
     ? [error.shortMessage.replace(/\.$/, ""), error.details].filter((s) => s !== undefined && s !== "").join(": ")
     : String(error)
 
+const refusedStatus = (status: number | undefined) => status !== undefined && status >= 400 && status < 500 && status !== 429
+
 export interface EvmReadOptions {
   readonly traces: TracesSetting
   /** Token contracts (lowercase) whose Transfer logs are read. */
@@ -75,10 +86,11 @@ export const makeEvmClient = (
     chain,
     traces: options.traces,
     tokens: options.tokens,
-    // A JSON-RPC error answer (method not offered, ...) is told apart from an unreachable node.
+    // A node that answers "no" (a JSON-RPC error, or an HTTP 4xx other than 429 as some providers
+    // send for methods they do not offer) is told apart from one that cannot be reached.
     request: (method, params) =>
       attempt(method, () => rawRequest({ method, params }), (error) =>
-        error instanceof RpcError
+        error instanceof RpcError || (error instanceof HttpRequestError && refusedStatus(error.status))
           ? new NodeRefused({ method, message: describe(error) })
           : new ChainUnavailable({ chain, message: `${method}: ${describe(error)}` }))
   })

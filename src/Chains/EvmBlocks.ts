@@ -313,9 +313,15 @@ export const makeBlockReader = (options: {
   Effect.gen(function*() {
     const { chain, request, tokens } = options
     const unavailable = (message: string) => new ChainUnavailable({ chain, message })
-    /** Where the method must be answered, a refusal is the node failing us. */
+    const known = yield* Ref.make(Option.none<BlockReading>())
+
+    /**
+     * Where the method must be answered, a refusal is the node failing us; the next read probes
+     * again (the endpoint may now be another node).
+     */
     const asUnavailable = <A>(effect: Effect.Effect<A, ChainUnavailable | NodeRefused>) =>
-      Effect.catchTag(effect, "NodeRefused", (e) => Effect.fail(unavailable(`${e.method}: ${e.message}`)))
+      Effect.catchTag(effect, "NodeRefused", (e) =>
+        Effect.zipRight(Ref.set(known, Option.none()), Effect.fail(unavailable(`${e.method}: ${e.message}`))))
 
     const decode = <A, I>(schema: Schema.Schema<A, I>, what: string) => (value: unknown) =>
       Schema.decodeUnknown(schema)(value).pipe(
@@ -356,7 +362,6 @@ export const makeBlockReader = (options: {
       return reading
     })
 
-    const known = yield* Ref.make(Option.none<BlockReading>())
     const lock = yield* Effect.makeSemaphore(1)
     const reading: Effect.Effect<BlockReading, ChainUnavailable> = Effect.flatMap(Ref.get(known), Option.match({
       onSome: Effect.succeed,
