@@ -4,6 +4,8 @@
  */
 import { expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
+import { Kafka, logLevel } from "kafkajs"
+import { randomBytes } from "node:crypto"
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts"
 import { anvil } from "../support/Chains.ts"
 import { call, deploy } from "../support/Contracts.ts"
@@ -11,6 +13,8 @@ import { App, eventually, type Json, subscribe, type TestApp } from "../support/
 import { WebhookReceiver } from "../support/WebhookReceiver.ts"
 
 const freshAddress = () => privateKeyToAccount(generatePrivateKey()).address.toLowerCase()
+
+const prefix = `stablecoins-${randomBytes(4).toString("hex")}`
 
 const withToken = Layer.unwrapScoped(
   Effect.map(deploy("TestToken", ["USD Coin", "USDC", 6]), (usdc) =>
@@ -20,7 +24,10 @@ const withToken = Layer.unwrapScoped(
         POLL_INTERVAL_MS: "100",
         CONFIRMATIONS_REQUIRED: "2",
         TOKEN_ETHEREUM_USDC: usdc,
-        TOKEN_BNB_USDT: "off"
+        TOKEN_BNB_USDT: "off",
+        KAFKA_BROKERS: process.env.KAFKA_BROKERS ?? "127.0.0.1:9092",
+        KAFKA_TOPIC_PREFIX: prefix,
+        MATCHER_GROUP_ID: `confirmd-matcher-${prefix}`
       }),
       Layer.succeed(Usdc, usdc)
     ))
@@ -37,6 +44,28 @@ const merchant = (app: TestApp, chain: string, address: string) =>
 
 const statusOf = (app: TestApp, key: string, id: string) =>
   Effect.map(app.request("GET", `/payments/${id}`, { key }), (r) => r.body as Json)
+
+/** The first record of the confirmations topic keyed by `id`. */
+const confirmationOf = (id: string) =>
+  Effect.gen(function*() {
+    const kafka = new Kafka({ brokers: [process.env.KAFKA_BROKERS ?? "127.0.0.1:9092"], logLevel: logLevel.NOTHING })
+    const consumer = kafka.consumer({ groupId: `downstream-${prefix}-${randomBytes(2).toString("hex")}` })
+    const records: Array<{ key: string; value: Json }> = []
+    yield* Effect.acquireRelease(
+      Effect.promise(async () => {
+        await consumer.connect()
+        await consumer.subscribe({ topic: `${prefix}.confirmations`, fromBeginning: true })
+        await consumer.run({
+          eachMessage: async ({ message }) => {
+            records.push({ key: message.key?.toString() ?? "", value: JSON.parse(message.value?.toString() ?? "null") })
+          }
+        })
+      }),
+      () => Effect.promise(() => consumer.disconnect())
+    )
+    const mine = yield* eventually(Effect.sync(() => records.filter((r) => r.key === id)), (found) => found.length > 0, 60)
+    return mine[0]!.value
+  })
 
 layer(withToken, { excludeTestServices: true })("stablecoin payments", (it) => {
   it.scoped("a 6-decimal USDC payment pays with the exact webhook body; amounts stay unique per asset", () =>
@@ -99,6 +128,25 @@ layer(withToken, { excludeTestServices: true })("stablecoin payments", (it) => {
         blockNumber: Number(sent.blockNumber),
         confirmations: 2,
         expectedAmountWei: "12500000",
+        asset: "USDC",
+        tokenContract: usdc
+      })
+
+      // What a downstream consumer of the confirmations topic reads.
+      const record = yield* confirmationOf(payment.payment_id)
+      expect(record.type).toBe("payment.paid")
+      expect(record.data).toEqual({
+        paymentId: payment.payment_id,
+        userId: account.user_id,
+        chain: "ethereum",
+        address: shop,
+        txHash: sent.hash,
+        blockNumber: Number(sent.blockNumber),
+        blockHash: expect.any(String),
+        confirmations: 2,
+        amountSmallest: "12500000",
+        amountNative: "12.5",
+        usdAmount: "12.5",
         asset: "USDC",
         tokenContract: usdc
       })
