@@ -13,7 +13,7 @@ import {
 import { arbitrum, avalanche, base, bsc, linea, mainnet, optimism, polygon, zksync } from "viem/chains"
 import type { ChainName } from "../Domain/Chain.ts"
 import { type ChainBlock, ChainUnavailable } from "./Block.ts"
-import { type BlockReading, makeBlockReader, NodeRefused, type TracesSetting } from "./EvmBlocks.ts"
+import { type BlockReading, makeBlockReader, NodeRefused, type RpcRequest, type TracesSetting } from "./EvmBlocks.ts"
 
 export type EvmChainName = Exclude<ChainName, "bitcoin">
 
@@ -66,7 +66,11 @@ export const makeEvmClient = (
 ): Effect.Effect<EvmClient> => Effect.gen(function*() {
   const client: EvmPublicClient = createPublicClient({
     chain: viemChains[chain],
-    // batch: requests issued together (per-transaction receipts) go out as one JSON-RPC batch.
+    transport: http(url, { timeout: Duration.toMillis(timeout), retryCount: 1 })
+  })
+  // Per-transaction receipts, where a node lacks eth_getBlockReceipts, go out as one JSON-RPC batch.
+  const batching: EvmPublicClient = createPublicClient({
+    chain: viemChains[chain],
     transport: http(url, { timeout: Duration.toMillis(timeout), retryCount: 1, batch: true })
   })
 
@@ -81,18 +85,22 @@ export const makeEvmClient = (
   const call = <A>(what: string, f: () => Promise<A>): Effect.Effect<A, ChainUnavailable> =>
     attempt(what, f, (error) => new ChainUnavailable({ chain, message: `${what}: ${describe(error)}` }))
 
-  const rawRequest = client.request as (args: { method: string; params: ReadonlyArray<unknown> }) => Promise<unknown>
+  // A node that answers "no" (a JSON-RPC error, or an HTTP 4xx other than 429 as some providers
+  // send for methods they do not offer) is told apart from one that cannot be reached.
+  const requestVia = (via: EvmPublicClient): RpcRequest => {
+    const raw = via.request as (args: { method: string; params: ReadonlyArray<unknown> }) => Promise<unknown>
+    return (method, params) =>
+      attempt(method, () => raw({ method, params }), (error) =>
+        error instanceof RpcError || (error instanceof HttpRequestError && refusedStatus(error.status))
+          ? new NodeRefused({ method, message: describe(error) })
+          : new ChainUnavailable({ chain, message: `${method}: ${describe(error)}` }))
+  }
   const reader = yield* makeBlockReader({
     chain,
     traces: options.traces,
     tokens: options.tokens,
-    // A node that answers "no" (a JSON-RPC error, or an HTTP 4xx other than 429 as some providers
-    // send for methods they do not offer) is told apart from one that cannot be reached.
-    request: (method, params) =>
-      attempt(method, () => rawRequest({ method, params }), (error) =>
-        error instanceof RpcError || (error instanceof HttpRequestError && refusedStatus(error.status))
-          ? new NodeRefused({ method, message: describe(error) })
-          : new ChainUnavailable({ chain, message: `${method}: ${describe(error)}` }))
+    request: requestVia(client),
+    batchedRequest: requestVia(batching)
   })
 
   const fetchBlock = <const T extends boolean>(height: bigint, includeTransactions: T) =>

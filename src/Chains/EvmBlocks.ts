@@ -3,7 +3,7 @@
  *
  * - a transaction's own value counts only when its receipt says it succeeded (status 1);
  * - value moved by internal call frames counts when the node offers call traces
- *   (`debug_traceBlockByNumber` with the call tracer, or `trace_block`), except in a frame
+ *   (`trace_block`, or `debug_traceBlockByNumber` with the call tracer), except in a frame
  *   that reverted or sits under one that reverted;
  * - `Transfer(address,address,uint256)` logs count for the configured token contracts only,
  *   and only from successful transactions.
@@ -307,6 +307,8 @@ const hex = (n: bigint) => `0x${n.toString(16)}`
 export const makeBlockReader = (options: {
   readonly chain: ChainName
   readonly request: RpcRequest
+  /** The same, over a transport that sends calls issued together as one JSON-RPC batch. */
+  readonly batchedRequest: RpcRequest
   readonly traces: TracesSetting
   readonly tokens: ReadonlySet<string>
 }): Effect.Effect<BlockReader> =>
@@ -340,16 +342,18 @@ export const makeBlockReader = (options: {
       const receipts = (yield* answers("eth_getBlockReceipts", [head]))
         ? "eth_getBlockReceipts" as const
         : "eth_getTransactionReceipt" as const
+      // trace_block first: where both are offered it is the cheaper one (geth offers only the
+      // debug tracer, which re-executes the block).
       const traces = options.traces === "off"
         ? "off" as const
-        : (yield* answers("debug_traceBlockByNumber", [head, { tracer: "callTracer" }]))
-        ? "debug_traceBlockByNumber" as const
         : (yield* answers("trace_block", [head]))
         ? "trace_block" as const
+        : (yield* answers("debug_traceBlockByNumber", [head, { tracer: "callTracer" }]))
+        ? "debug_traceBlockByNumber" as const
         : "off" as const
       if (options.traces === "on" && traces === "off") {
         return yield* unavailable(
-          `TRACES_${chain.toUpperCase()}=on, but the node answers neither debug_traceBlockByNumber nor trace_block`
+          `TRACES_${chain.toUpperCase()}=on, but the node answers neither trace_block nor debug_traceBlockByNumber`
         )
       }
       const reading: BlockReading = { receipts, traces }
@@ -381,11 +385,11 @@ export const makeBlockReader = (options: {
             Effect.flatMap(decode(Schema.Array(RpcReceipt), "eth_getBlockReceipts"))
           )
         }
-        // Issued together: the transport sends them as one JSON-RPC batch.
+        // Issued together: the batching transport sends them as one JSON-RPC batch.
         return yield* Effect.forEach(
           block.transactions,
           (tx) =>
-            request("eth_getTransactionReceipt", [tx.hash]).pipe(
+            options.batchedRequest("eth_getTransactionReceipt", [tx.hash]).pipe(
               asUnavailable,
               Effect.flatMap(decode(RpcReceipt, "eth_getTransactionReceipt"))
             ),

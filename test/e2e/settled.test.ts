@@ -62,7 +62,7 @@ layer(App.layer(config), { excludeTestServices: true })("settled value on a node
     Effect.gen(function*() {
       const app = yield* App
       const reading = yield* eventually(readingOf(app, "ethereum"), (r) => r !== null && r !== undefined)
-      expect(reading).toEqual({ receipts: "eth_getBlockReceipts", traces: "debug_traceBlockByNumber" })
+      expect(reading).toEqual({ receipts: "eth_getBlockReceipts", traces: "trace_block" })
     }))
 
   it.scoped("value sent to a receiver that reverts never pays", () =>
@@ -155,22 +155,22 @@ layer(App.layer(config), { excludeTestServices: true })("settled value on a node
     }))
 })
 
-/** A node that offers `trace_block` (OpenEthereum style) but not geth's debug tracer. */
-const parityNode = Layer.unwrapScoped(
+/** A node that offers geth's debug tracer but not `trace_block`. */
+const gethNode = Layer.unwrapScoped(
   Effect.map(
-    startRpcProxy(anvilUrl(), ["debug_traceBlockByNumber"]),
+    startRpcProxy(anvilUrl(), ["trace_block"]),
     (proxy) => App.layer({ ...config, RPC_URL_ETHEREUM: proxy.url })
   )
 )
 
-layer(parityNode, { excludeTestServices: true })("settled value on a node with trace_block", (it) => {
-  it.scoped("reads internal transfers from trace_block: a forwarder pays, a send in a reverted frame does not", () =>
+layer(gethNode, { excludeTestServices: true })("settled value on a node with the debug call tracer", (it) => {
+  it.scoped("reads internal transfers from debug_traceBlockByNumber: a forwarder pays, a send in a reverted frame does not", () =>
     Effect.gen(function*() {
       const app = yield* App
       const receiver = yield* WebhookReceiver.make()
       expect(yield* eventually(readingOf(app, "ethereum"), (r) => r !== null && r !== undefined)).toEqual({
         receipts: "eth_getBlockReceipts",
-        traces: "trace_block"
+        traces: "debug_traceBlockByNumber"
       })
       const forwarder = yield* deploy("Forwarder")
       const [paid, caught] = [freshAddress(), freshAddress()]
@@ -234,7 +234,7 @@ describe("TRACES_<CHAIN>=on", () => {
       )
       const error = yield* Effect.flip(clients.reading("ethereum"))
       expect(error.message).toBe(
-        "TRACES_ETHEREUM=on, but the node answers neither debug_traceBlockByNumber nor trace_block"
+        "TRACES_ETHEREUM=on, but the node answers neither trace_block nor debug_traceBlockByNumber"
       )
     }))
 })
