@@ -169,7 +169,7 @@ export class Watches extends Effect.Service<Watches>()("confirmd/Watches", {
         }).pipe(sql.withTransaction, Effect.catchTag("SqlError", Effect.die))
         yield* Effect.logInfo(`${request.kind} created`).pipe(
           Effect.annotateLogs({
-            id,
+            [`${request.kind}Id`]: id,
             chain,
             address: opened.address,
             asset: transferAsset(asset),
