@@ -10,5 +10,6 @@ export const loader = Migrator.fromGlob({
   "./00003_ingest.ts": () => import("./00003_ingest.ts"),
   "./00004_confirmations.ts": () => import("./00004_confirmations.ts"),
   "./00005_matcher.ts": () => import("./00005_matcher.ts"),
-  "./00006_assets.ts": () => import("./00006_assets.ts")
+  "./00006_assets.ts": () => import("./00006_assets.ts"),
+  "./00008_webhook_signing.ts": () => import("./00008_webhook_signing.ts")
 })

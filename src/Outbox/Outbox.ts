@@ -25,9 +25,10 @@ export class Outbox extends Effect.Service<Outbox>()("confirmd/Outbox", {
     ): Effect.Effect<void, SqlError> =>
       deliveries.length === 0 && outboxEvents.length === 0 ? Effect.void : sql`
         WITH delivered AS (
-          INSERT INTO webhook_deliveries (id, url, payload)
+          INSERT INTO webhook_deliveries (id, url, payload, signer)
           SELECT * FROM unnest(${deliveries.map((row) => row.id)}::text[], ${deliveries.map((row) => row.url)}::text[],
-                               ${deliveries.map((row) => JSON.stringify(row.payload))}::jsonb[])
+                               ${deliveries.map((row) => JSON.stringify(row.payload))}::jsonb[],
+                               ${deliveries.map((row) => row.signer)}::uuid[])
           ON CONFLICT (id) DO NOTHING
         )
         INSERT INTO outbox_events (id, key, type, payload)

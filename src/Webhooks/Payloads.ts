@@ -176,18 +176,22 @@ export interface DeliveryRow {
   readonly id: string
   readonly url: string
   readonly payload: PaymentCallbackJson | ChallengeCallbackJson
+  /** Whose secrets sign it: the payment's account, or the challenge itself. */
+  readonly signer: string
 }
 
 export const paymentDelivery = (url: string, body: PaymentCallback): DeliveryRow => ({
   id: eventId.paymentPaid(body.paymentId),
   url,
-  payload: encodePaymentCallback(body)
+  payload: encodePaymentCallback(body),
+  signer: body.userId
 })
 
 export const challengeDelivery = (url: string, body: ChallengeCallback): DeliveryRow => ({
   id: eventId.challengeConfirmed(body.challengeId),
   url,
-  payload: encodeChallengeCallback(body)
+  payload: encodeChallengeCallback(body),
+  signer: body.challengeId
 })
 
 /** Values for one `outbox_events` row (insert `payload` as jsonb). */

@@ -19,6 +19,9 @@
  *
  * The claiming loop is supervised (Supervision/).
  *
+ * Every attempt is signed (Standard Webhooks, ./Signing.ts) with the signer's secrets of that
+ * moment, and logged in `webhook_attempts` in the same statement that records its outcome.
+ *
  * The target is checked before every attempt (`checkCallbackUrl`) and, unless private
  * networks are allowed, every address the connection resolves to is checked again at connect
  * time, so a name that re-resolves to a private address between the two is refused too.
@@ -26,20 +29,24 @@
 import { HttpClient, HttpClientRequest } from "@effect/platform"
 import { NodeHttpClient } from "@effect/platform-node"
 import { SqlClient } from "@effect/sql"
+import type { Statement } from "@effect/sql"
 import {
   Cause,
   Chunk,
+  Clock,
   Config,
   Context,
   Data,
   Duration,
   Effect,
+  Either,
   FiberSet,
   Layer,
   Metric,
   MetricBoundaries,
   Option,
   Queue,
+  Redacted,
   Ref,
   Schedule
 } from "effect"
@@ -49,6 +56,8 @@ import { lookup as dnsLookup } from "node:dns"
 import type { LookupAddress, LookupOptions } from "node:dns"
 import type { LookupFunction } from "node:net"
 import { AllowPrivateNetworks, checkCallbackUrl, nonPublicRange } from "./CallbackUrl.ts"
+import { signatureHeaders } from "./Signing.ts"
+import { WebhookSecrets } from "./WebhookSecrets.ts"
 
 // ---------------------------------------------------------------------------------------
 // Retry policy
@@ -162,13 +171,19 @@ export class WebhookDispatcher extends Context.Tag("confirmd/WebhookDispatcher")
   readonly stats: Effect.Effect<DeliveryStats>
 }>() {}
 
-class AttemptFailed extends Data.TaggedError("AttemptFailed")<{ readonly reason: string }> {}
+class AttemptFailed extends Data.TaggedError("AttemptFailed")<{
+  readonly reason: string
+  /** The receiver's answer, when there was one. */
+  readonly status?: number
+}> {}
 
 interface DueDelivery {
   readonly id: string
   readonly url: string
-  /** The payload as PostgreSQL's JSON text: posted as is. */
+  /** The payload as PostgreSQL's JSON text: posted, and signed, as is. */
   readonly body: string
+  /** The owner of the secrets that sign it (account or challenge id). */
+  readonly signer: string
   /** Attempts made before this one. */
   readonly attempts: number
   readonly waited_seconds: number
@@ -209,6 +224,7 @@ const makeDispatcher = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   const outbox = yield* Outbox
   const supervisor = yield* Supervisor
+  const secrets = yield* WebhookSecrets
   const client = (yield* HttpClient.HttpClient).pipe(
     HttpClient.mapRequest(HttpClientRequest.setHeader("user-agent", "confirmd-webhooks/1")),
     // Only the status matters: the attempt's scope ends the request, body unread.
@@ -246,18 +262,24 @@ const makeDispatcher = Effect.gen(function*() {
         FOR UPDATE SKIP LOCKED
       ) due
       WHERE d.id = due.id
-      RETURNING d.id, d.url, d.payload::text AS body, d.attempts,
+      RETURNING d.id, d.url, d.payload::text AS body, d.signer, d.attempts,
         extract(epoch FROM clock_timestamp() - d.created_at)::double precision AS waited_seconds`
 
-  const post = (delivery: DueDelivery) =>
+  /** One signed POST; succeeds with the receiver's 2xx status. */
+  const post = (delivery: DueDelivery, signingSecrets: ReadonlyArray<Redacted.Redacted<string>>, at: Date) =>
     Effect.gen(function*() {
+      if (signingSecrets.length === 0) return yield* new AttemptFailed({ reason: "no signing secret" })
       const url = yield* checkCallbackUrl(delivery.url)
       const response = yield* client.execute(
-        HttpClientRequest.post(url).pipe(HttpClientRequest.bodyText(delivery.body, "application/json"))
+        HttpClientRequest.post(url).pipe(
+          HttpClientRequest.setHeaders(signatureHeaders({ id: delivery.id, body: delivery.body, at, secrets: signingSecrets })),
+          HttpClientRequest.bodyText(delivery.body, "application/json")
+        )
       )
       if (response.status < 200 || response.status >= 300) {
-        return yield* new AttemptFailed({ reason: `receiver answered HTTP ${response.status}` })
+        return yield* new AttemptFailed({ reason: `receiver answered HTTP ${response.status}`, status: response.status })
       }
+      return response.status
     }).pipe(
       Effect.scoped,
       Effect.timeoutFail({
@@ -306,7 +328,9 @@ const makeDispatcher = Effect.gen(function*() {
       const attempt = delivery.attempts + 1
       if (attempt === 1) yield* Metric.update(webhookMetrics.firstAttemptLag, delivery.waited_seconds)
       yield* Effect.forkScoped(keepLeased(delivery))
-      const result = yield* Effect.either(post(delivery)).pipe(
+      const signingSecrets = yield* secrets.signing(delivery.signer)
+      const startedAt = new Date(yield* Clock.currentTimeMillis)
+      const [took, result] = yield* Effect.timed(Effect.either(post(delivery, signingSecrets, startedAt))).pipe(
         // Stopped before an answer: hand the row back at once instead of leaving it leased.
         Effect.onInterrupt(() =>
           sql`
@@ -314,8 +338,17 @@ const makeDispatcher = Effect.gen(function*() {
             WHERE id = ${delivery.id} AND attempts = ${delivery.attempts} AND status = 'pending'`.pipe(Effect.ignore)
         )
       )
+      /** The outcome's update and the attempt's log row in one statement: a stale attempt records neither. */
+      const logged = (update: Statement.Statement<unknown>) =>
+        recordAttempt(sql`
+          WITH updated AS (${update} RETURNING id)
+          INSERT INTO webhook_attempts (delivery_id, started_at, duration_ms, http_status, error)
+          SELECT id, ${startedAt}::timestamptz, ${Math.round(Duration.toMillis(took))}::integer,
+            ${Either.match(result, { onLeft: (e) => e.status ?? null, onRight: (status) => status })}::integer,
+            ${Either.match(result, { onLeft: (e) => e.reason, onRight: () => null })}::text
+          FROM updated`)
       if (result._tag === "Right") {
-        yield* recordAttempt(sql`
+        yield* logged(sql`
           UPDATE webhook_deliveries
           SET status = 'delivered', attempts = ${attempt}, last_error = NULL, finished_at = now()
           WHERE id = ${delivery.id} AND attempts = ${delivery.attempts} AND status = 'pending'`)
@@ -323,7 +356,7 @@ const makeDispatcher = Effect.gen(function*() {
       }
       const reason = result.left.reason
       if (attempt >= settings.maxAttempts) {
-        yield* recordAttempt(sql`
+        yield* logged(sql`
           UPDATE webhook_deliveries
           SET status = 'dropped', attempts = ${attempt}, last_error = ${reason}, finished_at = now()
           WHERE id = ${delivery.id} AND attempts = ${delivery.attempts} AND status = 'pending'`)
@@ -333,7 +366,7 @@ const makeDispatcher = Effect.gen(function*() {
         return yield* record(attempt, "dropped")
       }
       const delay = yield* retryDelay(attempt)
-      yield* recordAttempt(sql`
+      yield* logged(sql`
         UPDATE webhook_deliveries
         SET attempts = ${attempt}, last_error = ${reason},
           next_attempt_at = now() + make_interval(secs => ${Duration.toSeconds(delay)}::double precision)
@@ -391,5 +424,5 @@ const CallbackHttpClientLive = Layer.unwrapEffect(
 
 /** The dispatcher's fibers for the lifetime of the layer's scope (needs `SqlClient`, `Outbox`, `Supervisor`). */
 export const WebhookDispatcherLive = Layer.scoped(WebhookDispatcher, makeDispatcher).pipe(
-  Layer.provide(CallbackHttpClientLive)
+  Layer.provide(Layer.merge(CallbackHttpClientLive, WebhookSecrets.Default))
 )

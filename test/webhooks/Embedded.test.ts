@@ -1,6 +1,7 @@
 // Dispatcher and relay in the embedded run mode (`npm start` without DATABASE_URL and
 // KAFKA_BROKERS): PGlite over its single socket connection and the in-process event log.
 import { expect, it } from "@effect/vitest"
+import { Webhook } from "standardwebhooks"
 import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
 import { ConfigProvider, Context, Duration, Effect, Layer, Schedule, Stream } from "effect"
@@ -14,6 +15,7 @@ import { EventLogLive } from "../../src/EventLog/Live.ts"
 import { OutboxRelay, OutboxRelayLive } from "../../src/Webhooks/OutboxRelay.ts"
 import { challengeDelivery, confirmationRecord, encodeChallengeCallback, outboxRow } from "../../src/Webhooks/Payloads.ts"
 import { WebhookDispatcher, WebhookDispatcherLive } from "../../src/Webhooks/WebhookDispatcher.ts"
+import { newWebhookSecret } from "../../src/Webhooks/Signing.ts"
 import { WebhookReceiver } from "../support/WebhookReceiver.ts"
 import { Supervisor } from "../../src/Supervision/Supervisor.ts"
 import { Outbox } from "../../src/Outbox/Outbox.ts"
@@ -48,6 +50,7 @@ it.live("embedded database and log: a challenge callback after one 500, and its 
       usdAmount: "1.5"
     } as const
     const delivery = challengeDelivery(receiver.url, body)
+    const secret = newWebhookSecret()
     const record = outboxRow(confirmationRecord.challengeConfirmed({
       ...body,
       blockNumber: 7n,
@@ -56,8 +59,9 @@ it.live("embedded database and log: a challenge callback after one 500, and its 
     }, new Date()))
     // One transaction, as the matcher writes both.
     yield* Effect.gen(function*() {
-      yield* sql`INSERT INTO webhook_deliveries (id, url, payload)
-        VALUES (${delivery.id}, ${delivery.url}, ${sql.json(delivery.payload)})`
+      yield* sql`INSERT INTO webhook_secrets (id, owner_id, secret) VALUES (${randomUUID()}, ${delivery.signer}, ${secret})`
+      yield* sql`INSERT INTO webhook_deliveries (id, url, payload, signer)
+        VALUES (${delivery.id}, ${delivery.url}, ${sql.json(delivery.payload)}, ${delivery.signer})`
       yield* sql`INSERT INTO outbox_events (id, key, type, payload)
         VALUES (${record.id}, ${record.key}, ${record.type}, ${sql.json(record.payload)})`
     }).pipe(sql.withTransaction, Effect.orDie)
@@ -66,6 +70,11 @@ it.live("embedded database and log: a challenge callback after one 500, and its 
 
     const requests = yield* receiver.waitFor(2)
     expect(requests.map((r) => r.body)).toEqual([encodeChallengeCallback(body), encodeChallengeCallback(body)])
+    // Both attempts signed with the challenge's secret, under the same webhook-id.
+    for (const request of requests) {
+      expect(request.headers["webhook-id"]).toBe(delivery.id)
+      expect(new Webhook(secret).verify(request.text, request.headers as Record<string, string>)).toEqual(request.body)
+    }
     const gap = (requests[1]?.at ?? 0) - (requests[0]?.at ?? 0)
     expect(Math.abs(gap - 1000)).toBeLessThanOrEqual(400)
     const [row] = yield* Effect.flatMap(SqlClient.SqlClient, (client) =>

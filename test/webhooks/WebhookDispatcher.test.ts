@@ -1,5 +1,6 @@
 // The webhook dispatcher against real PostgreSQL and real HTTP receivers on loopback.
 import { describe, expect, it, layer } from "@effect/vitest"
+import { Webhook } from "standardwebhooks"
 import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
 import { ConfigProvider, Context, Duration, Effect, Exit, Layer, Schedule, Scope } from "effect"
@@ -7,6 +8,7 @@ import { randomUUID } from "node:crypto"
 import { DatabaseLive } from "../../src/Database/Database.ts"
 import { paymentDelivery, type PaymentCallback, encodePaymentCallback } from "../../src/Webhooks/Payloads.ts"
 import { publicOnlyLookup, retryDelay, WebhookDispatcher, WebhookDispatcherLive } from "../../src/Webhooks/WebhookDispatcher.ts"
+import { newWebhookSecret } from "../../src/Webhooks/Signing.ts"
 import { freshDatabase } from "../support/Database.ts"
 import { WebhookReceiver } from "../support/WebhookReceiver.ts"
 import { Supervisor } from "../../src/Supervision/Supervisor.ts"
@@ -43,13 +45,19 @@ const callback = (): PaymentCallback => ({
   expectedAmountWei: 1_234_567_890_123_456_789n
 })
 
-/** Inserts a delivery the way the matcher does; returns its id and the body it must POST. */
+/**
+ * Inserts a delivery the way the matcher does, with a signing secret for its account (as
+ * signup creates one); returns the row and the secret.
+ */
 const insertDelivery = (url: string, body: PaymentCallback = callback()) =>
   Effect.gen(function*() {
     const sql = yield* PgClient.PgClient
     const row = paymentDelivery(url, body)
-    yield* sql`INSERT INTO webhook_deliveries (id, url, payload) VALUES (${row.id}, ${row.url}, ${sql.json(row.payload)})`
-    return row
+    const secret = newWebhookSecret()
+    yield* sql`INSERT INTO webhook_secrets (id, owner_id, secret) VALUES (${randomUUID()}, ${row.signer}, ${secret})`
+    yield* sql`INSERT INTO webhook_deliveries (id, url, payload, signer)
+      VALUES (${row.id}, ${row.url}, ${sql.json(row.payload)}, ${row.signer})`
+    return { ...row, secret }
   }).pipe(Effect.orDie)
 
 interface DeliveryState {
@@ -131,6 +139,11 @@ layer(DatabaseTest, { timeout: "120 seconds", excludeTestServices: true })("Webh
       expect(request?.method).toBe("POST")
       expect(request?.path).toBe("/hook")
       expect(request?.headers["content-type"]).toBe("application/json")
+      // Signed with the account's secret over the exact bytes received.
+      expect(request?.headers["webhook-id"]).toBe(row.id)
+      expect(new Webhook(row.secret).verify(request?.text ?? "", request?.headers as Record<string, string>)).toEqual(
+        request?.body
+      )
       expect(request?.body).toEqual({
         paymentId: body.paymentId,
         userId: body.userId,
