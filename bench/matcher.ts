@@ -30,6 +30,7 @@ import { MatcherLive } from "../src/Matcher/Consumer.ts"
 import { Matcher } from "../src/Matcher/Matcher.ts"
 import { Supervisor } from "../src/Supervision/Supervisor.ts"
 import { Outbox } from "../src/Outbox/Outbox.ts"
+import { newWebhookSecret } from "../src/Webhooks/Signing.ts"
 
 type Mode = "direct" | "embedded" | "kafka"
 
@@ -126,6 +127,8 @@ export const insertWatches = (count: number, callbackBase = "https://93.184.216.
     const sql = yield* SqlClient.SqlClient
     const account = "00000000-0000-4000-8000-000000000001"
     yield* sql`INSERT INTO accounts (id, api_key_hash) VALUES (${account}, 'bench')`
+    // Signup gives every account a secret; its callbacks are signed with it.
+    yield* sql`INSERT INTO webhook_secrets (id, owner_id, secret) VALUES (gen_random_uuid(), ${account}, ${newWebhookSecret()})`
     yield* sql`
       INSERT INTO subscriptions (account_id, plan, status, period_start, period_end)
       VALUES (${account}, 'scale', 'active', now(), now() + interval '30 days')`

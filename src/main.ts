@@ -22,6 +22,8 @@ import { ExpirySweeperLive } from "./Watches/ExpirySweeper.ts"
 import { Watches } from "./Watches/Watches.ts"
 import { OutboxRelayLive } from "./Webhooks/OutboxRelay.ts"
 import { WebhookDispatcherLive } from "./Webhooks/WebhookDispatcher.ts"
+import { DeliveryLog } from "./Webhooks/DeliveryLog.ts"
+import { WebhookSecrets } from "./Webhooks/WebhookSecrets.ts"
 
 /** Marks the monitor as running once every background fiber it depends on has started. */
 const MonitorRunningLive = Layer.effectDiscard(Effect.flatMap(MonitorState, (monitor) => monitor.markRunning))
@@ -52,7 +54,9 @@ const ServicesLive = Layer.mergeAll(Payments.Default, Signup.Default, Challenges
       MonitorState.Default,
       IngesterRegistry.Default,
       Supervisor.Default,
-      EventLogLive
+      EventLogLive,
+      WebhookSecrets.Default,
+      DeliveryLog.Default
     )
   ),
   Layer.provideMerge(DatabaseLive)

@@ -1,16 +1,20 @@
 /**
  * Accounts, API keys and subscriptions. Keys are 32 random bytes shown once as 64 hex
- * characters; only their SHA-256 is stored.
+ * characters; only their SHA-256 is stored. Rotating a key replaces the stored hash, so the
+ * old key stops working with the rotation's commit.
  */
 import { SqlClient } from "@effect/sql"
 import { Effect, Option, Redacted } from "effect"
 import { createHash, randomBytes, randomUUID } from "node:crypto"
 import { accountPending, forbidden, tooManyRequests, unauthorized } from "../Http/Errors.ts"
+import { WebhookSecrets } from "../Webhooks/WebhookSecrets.ts"
 import { BILLING_PERIOD_DAYS, type Plan, type PlanName, plans, StarterMinDonationUsd } from "./Plans.ts"
 
 const API_KEY = /^[0-9a-f]{64}$/
 
 export const hashApiKey = (key: string): string => createHash("sha256").update(key).digest("hex")
+
+const newApiKey = (): string => randomBytes(32).toString("hex")
 
 export interface SubscriptionRow {
   readonly plan: PlanName
@@ -32,6 +36,7 @@ const rolledPeriodEnd = (sql: SqlClient.SqlClient) =>
 export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    const webhookSecrets = yield* WebhookSecrets
     const planTable = plans(yield* StarterMinDonationUsd)
     const planOf = (name: PlanName): Plan => planTable.find((p) => p.name === name)!
 
@@ -44,7 +49,7 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
       )
     }
 
-    /** Creates the account and its subscription; run inside the caller's transaction. */
+    /** Creates the account, its subscription and its webhook signing secret; run inside the caller's transaction. */
     const create = (options: {
       readonly email: string | null
       readonly plan: PlanName
@@ -52,12 +57,21 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
     }) =>
       Effect.gen(function*() {
         const id = randomUUID()
-        const apiKey = randomBytes(32).toString("hex")
+        const apiKey = newApiKey()
         yield* sql`INSERT INTO accounts ${sql.insert({ id, api_key_hash: hashApiKey(apiKey), email: options.email })}`
         yield* sql`
           INSERT INTO subscriptions (account_id, plan, status, period_start, period_end)
           VALUES (${id}, ${options.plan}, ${options.status}, now(), now() + make_interval(days => ${BILLING_PERIOD_DAYS}))`
-        return { id, apiKey }
+        const webhookSecret = yield* webhookSecrets.create(id)
+        return { id, apiKey, webhookSecret }
+      })
+
+    /** A new key for the account; the old one is refused from this moment on. */
+    const rotateApiKey = (accountId: string) =>
+      Effect.gen(function*() {
+        const apiKey = newApiKey()
+        yield* sql`UPDATE accounts SET api_key_hash = ${hashApiKey(apiKey)} WHERE id = ${accountId}`
+        return apiKey
       })
 
     const find = (accountId: string) =>
@@ -126,6 +140,6 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
     const activate = (accountId: string) =>
       sql`UPDATE subscriptions SET status = 'active', updated_at = now() WHERE account_id = ${accountId} AND status = 'pending'`
 
-    return { authenticate, create, find, subscription, requireActive, consumeEvent, subscribe, activate, plans: planTable, planOf } as const
+    return { authenticate, create, rotateApiKey, find, subscription, requireActive, consumeEvent, subscribe, activate, plans: planTable, planOf } as const
   })
 }) {}

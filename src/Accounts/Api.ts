@@ -13,6 +13,10 @@ import { Authentication } from "./Authentication.ts"
 import { PlanName, PlanNameInput } from "./Plans.ts"
 
 const ApiKey = Schema.String.annotations({ description: "64 hexadecimal characters; shown once, not recoverable" })
+const WebhookSecret = Schema.String.annotations({
+  description:
+    "Signing secret of your callbacks (`whsec_` + base64 of 32 bytes): verify the Standard Webhooks `webhook-signature` header with it"
+})
 const Email = Schema.String.pipe(
   Schema.maxLength(254),
   Schema.pattern(/^[^\s@]+@[^\s@]+\.[^\s@]+$/, { message: () => "must be an e-mail address" })
@@ -67,6 +71,7 @@ export class DonationSignupOut extends Schema.Class<DonationSignupOut>("Donation
   user_id: Schema.UUID,
   plan: PlanName,
   account_status: Schema.Literal("pending"),
+  webhook_secret: WebhookSecret,
   donation: DonationIntentOut
 }) {}
 
@@ -74,7 +79,8 @@ export class SignupOut extends Schema.Class<SignupOut>("SignupOut")({
   user_id: Schema.UUID,
   api_key: ApiKey,
   plan: PlanName,
-  account_status: Schema.Literal("active")
+  account_status: Schema.Literal("active"),
+  webhook_secret: WebhookSecret
 }) {}
 
 export class IntentStatusOut extends Schema.Class<IntentStatusOut>("IntentStatusOut")({
@@ -96,6 +102,19 @@ export class AccountOut extends Schema.Class<AccountOut>("AccountOut")({
   monthly_event_limit: Schema.NullOr(Schema.Int),
   period_end: Schema.NullOr(DateTimeString),
   pending_donation: Schema.NullOr(DonationIntentOut)
+}) {}
+
+export class WebhookSecretOut extends Schema.Class<WebhookSecretOut>("WebhookSecretOut")({
+  webhook_secret: WebhookSecret,
+  created_at: DateTimeString,
+  previous_secret_expires_at: Schema.NullOr(DateTimeString).annotations({
+    description: "After a rotation: until when the previous secret still signs too (a second signature); null otherwise"
+  })
+}) {}
+
+export class ApiKeyOut extends Schema.Class<ApiKeyOut>("ApiKeyOut")({
+  user_id: Schema.UUID,
+  api_key: ApiKey
 }) {}
 
 export class SubscribeIn extends Schema.Class<SubscribeIn>("SubscribeIn")({
@@ -149,6 +168,29 @@ export class AccountApi extends HttpApiGroup.make("account")
       .addSuccess(AccountOut)
       .addError(BadRequestResponse)
       .annotate(OpenApi.Summary, "Create or change the subscription plan")
+  )
+  .add(
+    HttpApiEndpoint.get("webhookSecret", "/account/webhook-secret")
+      .addSuccess(WebhookSecretOut)
+      .annotate(OpenApi.Summary, "The secret that signs your payment callbacks")
+  )
+  .add(
+    HttpApiEndpoint.post("rotateWebhookSecret", "/account/webhook-secret/rotate")
+      .addSuccess(WebhookSecretOut)
+      .annotate(
+        OpenApi.Description,
+        "Creates a new signing secret. Callbacks carry two signatures, by the new and the previous secret, until `previous_secret_expires_at` (24 hours by default); then only the new secret signs."
+      )
+      .annotate(OpenApi.Summary, "Rotate the webhook signing secret")
+  )
+  .add(
+    HttpApiEndpoint.post("rotateApiKey", "/account/api-key/rotate")
+      .addSuccess(ApiKeyOut)
+      .annotate(
+        OpenApi.Description,
+        "Returns a new API key (shown once) and revokes the current one at once: it gets 401 from then on. Addresses, payments and subscription stay with the account."
+      )
+      .annotate(OpenApi.Summary, "Replace the API key")
   )
   .middleware(Authentication)
 {}

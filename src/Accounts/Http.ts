@@ -1,5 +1,5 @@
 import { HttpApiBuilder } from "@effect/platform"
-import { Effect, Layer, Option } from "effect"
+import { Effect, Layer, Option, Redacted } from "effect"
 import { ConfirmdApi } from "../Api.ts"
 import { DonationAddresses } from "../Donations/DonationAddresses.ts"
 import { chainOfDonationChain, chains } from "../Domain/Chain.ts"
@@ -7,7 +7,16 @@ import { ChainClients } from "../Chains/ChainClients.ts"
 import { health } from "../Health/Health.ts"
 import { badRequest } from "../Http/Errors.ts"
 import { Accounts } from "./Accounts.ts"
-import { AccountOut, PlanOut, SignupOptionsChain, SignupOptionsOut, SignupOptionsPlan } from "./Api.ts"
+import { WebhookSecrets, type SecretView } from "../Webhooks/WebhookSecrets.ts"
+import {
+  AccountOut,
+  ApiKeyOut,
+  PlanOut,
+  SignupOptionsChain,
+  SignupOptionsOut,
+  SignupOptionsPlan,
+  WebhookSecretOut
+} from "./Api.ts"
 import { Authentication, CurrentAccount } from "./Authentication.ts"
 import { isPlanName } from "./Plans.ts"
 import { Signup } from "./Signup.ts"
@@ -53,6 +62,14 @@ export const AccountLive = HttpApiBuilder.group(ConfirmdApi, "account", (handler
   Effect.gen(function*() {
     const accounts = yield* Accounts
     const signup = yield* Signup
+    const webhookSecrets = yield* WebhookSecrets
+
+    const secretOut = (view: SecretView) =>
+      new WebhookSecretOut({
+        webhook_secret: Redacted.value(view.secret),
+        created_at: view.createdAt.toISOString(),
+        previous_secret_expires_at: Option.getOrNull(Option.map(view.previousExpiresAt, (at) => at.toISOString()))
+      })
 
     const view = (accountId: string) =>
       Effect.gen(function*() {
@@ -87,6 +104,23 @@ export const AccountLive = HttpApiBuilder.group(ConfirmdApi, "account", (handler
           yield* accounts.subscribe(account.id, payload.plan).pipe(Effect.orDie)
           return yield* view(account.id)
         }))
+      .handle("webhookSecret", () =>
+        Effect.flatMap(CurrentAccount, (account) =>
+          webhookSecrets.current(account.id).pipe(
+            // Every account has one: signup creates it, the migration gave one to older accounts.
+            Effect.flatMap(Effect.orDie),
+            Effect.orDie,
+            Effect.map(secretOut)
+          )))
+      .handle("rotateWebhookSecret", () =>
+        Effect.flatMap(CurrentAccount, (account) =>
+          webhookSecrets.rotate(account.id).pipe(Effect.orDie, Effect.map(secretOut))))
+      .handle("rotateApiKey", () =>
+        Effect.flatMap(CurrentAccount, (account) =>
+          accounts.rotateApiKey(account.id).pipe(
+            Effect.orDie,
+            Effect.map((apiKey) => new ApiKeyOut({ user_id: account.id, api_key: apiKey }))
+          )))
   }))
 
 /** Resolves `X-API-Key` to the caller's account; a missing or unknown key is 401. */

@@ -3,7 +3,7 @@
  * subscription and a signup intent; the intent's confirmation on chain activates the account.
  */
 import { SqlClient } from "@effect/sql"
-import { BigDecimal, Effect } from "effect"
+import { BigDecimal, Effect, Redacted } from "effect"
 import { chainOfDonationChain, chains, type DonationChainName } from "../Domain/Chain.ts"
 import { formatSmallest } from "../Domain/Money.ts"
 import { DonationAddresses } from "../Donations/DonationAddresses.ts"
@@ -54,11 +54,17 @@ export class Signup extends Effect.Service<Signup>()("confirmd/Signup", {
           return yield* badRequest(`Plan '${input.plan}' cannot be subscribed to`, `Use one of: ${paidPlans.join(", ")}`)
         }
         const plan = input.plan as (typeof paidPlans)[number]
-        const { apiKey, id } = yield* accounts.create({ email: input.email, plan, status: "active" }).pipe(
+        const { apiKey, id, webhookSecret } = yield* accounts.create({ email: input.email, plan, status: "active" }).pipe(
           sql.withTransaction,
           Effect.orDie
         )
-        return new SignupOut({ user_id: id, api_key: apiKey, plan, account_status: "active" })
+        return new SignupOut({
+          user_id: id,
+          api_key: apiKey,
+          plan,
+          account_status: "active",
+          webhook_secret: Redacted.value(webhookSecret)
+        })
       })
 
     const donate = (input: SignupIn, usd: BigDecimal.BigDecimal) =>
@@ -92,6 +98,7 @@ export class Signup extends Effect.Service<Signup>()("confirmd/Signup", {
           user_id: opened.prepared.id,
           plan: plan.name,
           account_status: "pending",
+          webhook_secret: Redacted.value(opened.prepared.webhookSecret),
           donation: new DonationIntentOut({
             intent_id: opened.id,
             chain: target.chain,

@@ -20,7 +20,11 @@ export class ChallengeOut extends Schema.Class<ChallengeOut>("ChallengeOut")({
   amount_native: DecimalString,
   amount_smallest: DecimalString,
   usd_amount: DecimalString,
-  expires_at: DateTimeString
+  expires_at: DateTimeString,
+  webhook_secret: Schema.NullOr(Schema.String).annotations({
+    description:
+      "With a `callback_url`: the challenge's own signing secret (`whsec_…`) to verify its Standard Webhooks signature; null without one"
+  })
 }) {}
 
 export class ChallengeStatusOut extends Schema.Class<ChallengeStatusOut>("ChallengeStatusOut")({

@@ -1,6 +1,6 @@
 /** Public donation challenges: an exact-amount donation request anyone can create and poll. */
 import { SqlClient } from "@effect/sql"
-import { BigDecimal, Config, ConfigError, Effect, Either, Option } from "effect"
+import { BigDecimal, Config, ConfigError, Effect, Either, Option, Redacted } from "effect"
 import { chainOfDonationChain, chains, type DonationChainName } from "../Domain/Chain.ts"
 import { formatDecimal, formatSmallest, parseDecimal } from "../Domain/Money.ts"
 import { DonationAddresses } from "../Donations/DonationAddresses.ts"
@@ -8,6 +8,7 @@ import { badRequest, notFound } from "../Http/Errors.ts"
 import { isUuid } from "../Http/Ids.ts"
 import { effectiveStatus, Lifetimes } from "../Watches/Lifetimes.ts"
 import { native, Watches } from "../Watches/Watches.ts"
+import { WebhookSecrets } from "../Webhooks/WebhookSecrets.ts"
 import { checkCallbackUrl } from "../Webhooks/CallbackUrl.ts"
 import { type ChallengeIn, ChallengeOut, ChallengeStatusOut } from "./Api.ts"
 
@@ -37,6 +38,7 @@ export class Challenges extends Effect.Service<Challenges>()("confirmd/Challenge
     const donations = yield* DonationAddresses
     const watches = yield* Watches
     const lifetimes = yield* Lifetimes
+    const webhookSecrets = yield* WebhookSecrets
     const minUsd = yield* ChallengeMinUsd
 
     const create = (input: ChallengeIn) =>
@@ -54,7 +56,11 @@ export class Challenges extends Effect.Service<Challenges>()("confirmd/Challenge
           asset: native,
           usd: input.usd_amount,
           lifetime: lifetimes.challenge,
-          prepare: () => Effect.succeed({ address: target.address, prepared: null }),
+          // A callback gets its own signing secret, created with the challenge.
+          prepare: (id) =>
+            input.callback_url === null
+              ? Effect.succeed({ address: target.address, prepared: null })
+              : Effect.map(webhookSecrets.create(id), (secret) => ({ address: target.address, prepared: secret })),
           insert: ({ amount, expiresAt, id, startBlock, usdText }) =>
             sql`
               INSERT INTO challenges (id, chain, address, amount_smallest, usd_amount, callback_url, status, start_block, expires_at)
@@ -68,7 +74,8 @@ export class Challenges extends Effect.Service<Challenges>()("confirmd/Challenge
           amount_native: opened.amountText,
           amount_smallest: opened.amount.toString(),
           usd_amount: opened.usdText,
-          expires_at: opened.expiresAtText
+          expires_at: opened.expiresAtText,
+          webhook_secret: opened.prepared === null ? null : Redacted.value(opened.prepared)
         })
       })
 

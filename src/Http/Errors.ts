@@ -62,6 +62,7 @@ export const badRequest = (message: string, hint?: string) => new BadRequest(bod
 export const unauthorized = (message = "Invalid API key") => new Unauthorized(body("unauthorized", message))
 export const forbidden = (message: string) => new Forbidden(body("forbidden", message))
 export const notFound = (message: string) => new NotFound(body("not_found", message))
+export const conflict = (message: string, hint?: string) => new Conflict(body("conflict", message, hint))
 export const tooManyRequests = (message: string) => new TooManyRequests(body("too_many_requests", message))
 export const upstreamError = (message: string) => new UpstreamError(body("upstream_error", message))
 export const payloadTooLarge = (message: string) => new PayloadTooLarge(body("error", message))

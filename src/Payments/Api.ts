@@ -6,6 +6,7 @@ import { ChainNameInput } from "../Domain/Chain.ts"
 import { UsdAmountInput } from "../Domain/Money.ts"
 import {
   BadRequestResponse,
+  ConflictResponse,
   ForbiddenResponse,
   NotFoundResponse,
   TooManyRequestsResponse,
@@ -59,6 +60,27 @@ export class PaymentStatus extends Schema.Class<PaymentStatus>("PaymentStatus")(
   ...tokenFields
 }) {}
 
+export class DeliveryAttemptOut extends Schema.Class<DeliveryAttemptOut>("DeliveryAttemptOut")({
+  attempted_at: DateTimeString,
+  duration_ms: Schema.Int,
+  http_status: Schema.NullOr(Schema.Int).annotations({ description: "Your endpoint's answer; null when none came" }),
+  error: Schema.NullOr(Schema.String).annotations({
+    description: "Why the attempt failed (non-2xx answer, timeout, connection error); null when delivered"
+  })
+}) {}
+
+export class DeliveryOut extends Schema.Class<DeliveryOut>("DeliveryOut")({
+  webhook_id: Schema.String.annotations({ description: "The `webhook-id` header: the same on every attempt and redelivery" }),
+  callback_url: Schema.String,
+  state: Schema.Literal("pending", "delivered", "dropped").annotations({
+    description: "pending: attempts continue; delivered: a 2xx answer came; dropped: every attempt failed"
+  }),
+  created_at: DateTimeString,
+  attempts: Schema.Array(DeliveryAttemptOut).annotations({ description: "Every attempt, oldest first" })
+}) {}
+
+const PaymentPath = Schema.Struct({ payment_id: Schema.String })
+
 export class PaymentsApi extends HttpApiGroup.make("payments")
   .add(
     HttpApiEndpoint.post("create", "/payments")
@@ -81,10 +103,33 @@ export class PaymentsApi extends HttpApiGroup.make("payments")
   )
   .add(
     HttpApiEndpoint.get("get", "/payments/:payment_id")
-      .setPath(Schema.Struct({ payment_id: Schema.String }))
+      .setPath(PaymentPath)
       .addSuccess(PaymentStatus)
       .addError(NotFoundResponse)
       .annotate(OpenApi.Summary, "One payment's status")
+  )
+  .add(
+    HttpApiEndpoint.get("deliveries", "/payments/:payment_id/deliveries")
+      .setPath(PaymentPath)
+      .addSuccess(Schema.Array(DeliveryOut))
+      .addError(NotFoundResponse)
+      .annotate(
+        OpenApi.Description,
+        "The payment's callback deliveries with every attempt: empty until the payment is PAID."
+      )
+      .annotate(OpenApi.Summary, "Callback delivery log of a payment")
+  )
+  .add(
+    HttpApiEndpoint.post("redeliver", "/payments/:payment_id/redeliver")
+      .setPath(PaymentPath)
+      .addSuccess(DeliveryOut, { status: 202 })
+      .addError(NotFoundResponse)
+      .addError(ConflictResponse)
+      .annotate(
+        OpenApi.Description,
+        "Sends the payment's callback again with a fresh attempt budget and the same `webhook-id`. A delivery still pending is already queued and stays as it is. 409 when the payment has no callback (it is not PAID)."
+      )
+      .annotate(OpenApi.Summary, "Send a payment's callback again")
   )
   .middleware(Authentication)
 {}

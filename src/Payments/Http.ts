@@ -11,4 +11,8 @@ export const PaymentsLive = HttpApiBuilder.group(ConfirmdApi, "payments", (handl
       .handle("create", ({ payload }) => Effect.flatMap(CurrentAccount, (account) => payments.create(account.id, payload)))
       .handle("list", () => Effect.flatMap(CurrentAccount, (account) => payments.list(account.id)))
       .handle("get", ({ path }) => Effect.flatMap(CurrentAccount, (account) => payments.get(account.id, path.payment_id)))
+      .handle("deliveries", ({ path }) =>
+        Effect.flatMap(CurrentAccount, (account) => payments.deliveries(account.id, path.payment_id)))
+      .handle("redeliver", ({ path }) =>
+        Effect.flatMap(CurrentAccount, (account) => payments.redeliver(account.id, path.payment_id)))
   }))

@@ -6,14 +6,16 @@ import { Addresses, isChainName, unsupportedChain } from "../Addresses/Addresses
 import { ChainClients } from "../Chains/ChainClients.ts"
 import type { ChainName } from "../Domain/Chain.ts"
 import { formatSmallest } from "../Domain/Money.ts"
-import { badRequest, notFound } from "../Http/Errors.ts"
+import { badRequest, conflict, notFound } from "../Http/Errors.ts"
 import { isUuid } from "../Http/Ids.ts"
 import { effectiveStatus, Lifetimes } from "../Watches/Lifetimes.ts"
 import { native, type WatchAsset, Watches } from "../Watches/Watches.ts"
 import { type Asset, assetDecimals } from "../Domain/Asset.ts"
 import { isToken } from "../Chains/Tokens.ts"
 import { checkCallbackUrl } from "../Webhooks/CallbackUrl.ts"
-import { CreatePaymentOut, PaymentStatus } from "./Api.ts"
+import { type Delivery, DeliveryLog } from "../Webhooks/DeliveryLog.ts"
+import { eventId } from "../Webhooks/Payloads.ts"
+import { CreatePaymentOut, DeliveryAttemptOut, DeliveryOut, PaymentStatus } from "./Api.ts"
 
 interface PaymentRow {
   readonly id: string
@@ -46,6 +48,21 @@ const toStatus = (row: PaymentRow): PaymentStatus => new PaymentStatus({
   ...tokenFieldsOf(row.asset, row.token_contract)
 })
 
+const toDeliveryOut = (delivery: Delivery): DeliveryOut => new DeliveryOut({
+  webhook_id: delivery.id,
+  callback_url: delivery.url,
+  state: delivery.state,
+  created_at: delivery.createdAt.toISOString(),
+  attempts: delivery.attempts.map((attempt) =>
+    new DeliveryAttemptOut({
+      attempted_at: attempt.startedAt.toISOString(),
+      duration_ms: attempt.durationMs,
+      http_status: attempt.httpStatus,
+      error: attempt.error
+    })
+  )
+})
+
 export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -54,6 +71,7 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
     const watches = yield* Watches
     const chainClients = yield* ChainClients
     const lifetimes = yield* Lifetimes
+    const deliveryLog = yield* DeliveryLog
 
     /** The asset asked for on `chain`, or why it cannot be paid there. */
     const resolveAsset = (chain: ChainName, asset: Asset) => {
@@ -143,6 +161,26 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
         return rows[0] ? toStatus(rows[0]) : yield* missing
       })
 
-    return { create, list, get } as const
+    /** The payment's callback deliveries (one once it is PAID), owner-only like `get`. */
+    const deliveries = (accountId: string, paymentId: string) =>
+      Effect.gen(function*() {
+        yield* get(accountId, paymentId)
+        const delivery = yield* deliveryLog.find(eventId.paymentPaid(paymentId)).pipe(Effect.orDie)
+        return Option.toArray(Option.map(delivery, toDeliveryOut))
+      })
+
+    const redeliver = (accountId: string, paymentId: string) =>
+      Effect.gen(function*() {
+        const payment = yield* get(accountId, paymentId)
+        const noCallback = conflict(
+          `Payment '${paymentId}' has no callback to send: it is ${payment.status}`,
+          "A callback exists once the payment is PAID"
+        )
+        if (payment.status !== "PAID") return yield* noCallback
+        const delivery = yield* deliveryLog.redeliver(eventId.paymentPaid(paymentId)).pipe(Effect.orDie)
+        return Option.isSome(delivery) ? toDeliveryOut(delivery.value) : yield* noCallback
+      })
+
+    return { create, list, get, deliveries, redeliver } as const
   })
 }) {}
