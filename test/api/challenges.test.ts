@@ -12,7 +12,8 @@ layer(App.layer({ PRICE_CACHE_SECONDS: "0" }), { excludeTestServices: true })("c
       expect(r.body).toMatchObject({
         chain: "ethereum",
         address: donationAddresses.DONATION_ADDRESS_ETHEREUM.toLowerCase(),
-        usd_amount: "3"
+        usd_amount: "3",
+        webhook_secret: null
       })
       const [whole, fraction = ""] = r.body.amount_native.split(".")
       expect(BigInt(whole + fraction.padEnd(18, "0"))).toBe(BigInt(r.body.amount_smallest))

@@ -62,12 +62,17 @@ layer(App.layer(), { excludeTestServices: true })("documentation and health", (i
       expect(protectedOps.sort()).toEqual([
         "DELETE /addresses/{address}",
         "GET /account",
+        "GET /account/webhook-secret",
         "GET /addresses",
         "GET /payments",
         "GET /payments/{payment_id}",
+        "GET /payments/{payment_id}/deliveries",
+        "POST /account/api-key/rotate",
         "POST /account/subscribe",
+        "POST /account/webhook-secret/rotate",
         "POST /addresses",
-        "POST /payments"
+        "POST /payments",
+        "POST /payments/{payment_id}/redeliver"
       ])
       for (const open of ["GET /signup/options", "POST /signup", "GET /signup/{intent_id}", "GET /plans", "GET /health"]) {
         expect(tags.get(open)).toBe("public")

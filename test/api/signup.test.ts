@@ -31,8 +31,9 @@ layer(App.layer({ PRICE_CACHE_SECONDS: "0" }), { excludeTestServices: true })("s
       const app = yield* App
       const r = yield* app.request("POST", "/signup", { json: { method: "subscribe", plan: "scale", email: "ops@shop.example" } })
       expect(r.status).toBe(200)
-      expect(Object.keys(r.body).sort()).toEqual(["account_status", "api_key", "plan", "user_id"])
+      expect(Object.keys(r.body).sort()).toEqual(["account_status", "api_key", "plan", "user_id", "webhook_secret"])
       expect(r.body.api_key).toMatch(HEX64)
+      expect(Buffer.from(r.body.webhook_secret.replace(/^whsec_/, ""), "base64")).toHaveLength(32)
       expect(r.body.user_id).toMatch(UUID)
       expect(r.body).toMatchObject({ plan: "scale", account_status: "active" })
       const account = yield* app.request("GET", "/account", { key: r.body.api_key })
