@@ -18,7 +18,7 @@ export const guide = `# confirmd
 Chains: bitcoin, ethereum, base, arbitrum, optimism, polygon, bnb, avalanche, linea, zksync.
 Donation chains (signup and challenges): bitcoin, ethereum, binance (= bnb).
 
-## Integrate in five steps
+## Integrate in six steps
 
 1. Get an API key: \`POST /signup\` with \`{"method":"subscribe","plan":"growth"}\` (active at
    once), or \`{"method":"donation","chain":"ethereum","usd_amount":"5"}\` (the key works at once
@@ -33,6 +33,21 @@ Donation chains (signup and challenges): bitcoin, ethereum, binance (= bnb).
    \`callback_url\`: \`paymentId, userId, chain, address, txHash, blockNumber, confirmations,
    expectedAmountWei\`. Answer 2xx; other answers are retried (1 s doubling to 30 s, 6 attempts).
    Callbacks may repeat: handle them idempotently by \`paymentId\`. Poll \`GET /payments/{id}\` to reconcile.
+6. Verify every callback before trusting it: it is signed per Standard Webhooks (any
+   \`standardwebhooks\` library verifies it) with the \`webhook_secret\` returned at signup
+   (\`GET /account/webhook-secret\`). Headers: \`webhook-id\` (the event id, the same on every
+   retry and redelivery), \`webhook-timestamp\` (Unix seconds of the attempt), \`webhook-signature\`
+   (\`v1,<base64 HMAC-SHA256 of "id.timestamp.body">\`). Verify the raw body bytes, then parse.
+
+## Webhooks and keys
+
+- Signing secret rotation: \`POST /account/webhook-secret/rotate\`; until \`previous_secret_expires_at\`
+  (24 h by default) callbacks carry two signatures (new and previous secret), then only the new one.
+- A challenge created with a \`callback_url\` returns its own \`webhook_secret\`.
+- Delivery log: \`GET /payments/{id}/deliveries\` (state pending/delivered/dropped, every attempt with
+  time, HTTP status or error, duration). \`POST /payments/{id}/redeliver\` sends it again with a fresh
+  attempt budget and the same \`webhook-id\` (409 unless the payment is PAID).
+- \`POST /account/api-key/rotate\` returns a new key (shown once); the old key gets 401 at once.
 
 ## Stablecoins
 

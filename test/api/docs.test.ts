@@ -83,6 +83,24 @@ layer(App.layer(), { excludeTestServices: true })("documentation and health", (i
       expect(tags.get("GET /llms-full.txt")).toBe("agents")
     }))
 
+  it.effect("declares the webhook and key endpoints with their statuses, and the guide explains signatures", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const spec = (yield* app.request("GET", "/openapi.json")).body
+      const statuses = (method: string, path: string) => Object.keys(spec.paths[path][method].responses).sort()
+      expect(statuses("get", "/payments/{payment_id}/deliveries")).toEqual(["200", "401", "404", "413", "422", "500"])
+      expect(statuses("post", "/payments/{payment_id}/redeliver")).toEqual(["202", "401", "404", "409", "413", "422", "500"])
+      expect(statuses("get", "/account/webhook-secret")).toEqual(["200", "401", "404", "413", "422", "500"])
+      expect(statuses("post", "/account/webhook-secret/rotate")).toEqual(["200", "401", "404", "413", "422", "500"])
+      expect(statuses("post", "/account/api-key/rotate")).toEqual(["200", "401", "404", "413", "422", "500"])
+      expect(spec.components.schemas.SignupOut.required).toContain("webhook_secret")
+      expect(Object.keys(spec.components.schemas.ChallengeOut.properties)).toContain("webhook_secret")
+      const guide = (yield* app.request("GET", "/llms.txt")).text
+      for (const word of ["webhook-signature", "webhook-id", "/account/webhook-secret/rotate", "/redeliver", "/account/api-key/rotate"]) {
+        expect(guide).toContain(word)
+      }
+    }))
+
   it.effect("serves the integration guides as markdown, the full one covering every endpoint", () =>
     Effect.gen(function*() {
       const app = yield* App

@@ -5,6 +5,8 @@
  */
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
+import { spawn } from "node:child_process"
+import { readFileSync } from "node:fs"
 import { Webhook } from "standardwebhooks"
 import { anvil } from "../support/Chains.ts"
 import { App, donationAddresses, eventually, type Json } from "../support/TestApp.ts"
@@ -22,6 +24,25 @@ const verify = (secret: string, request: Pick<ReceivedRequest, "text" | "headers
     return { failed: String(error) }
   }
 }
+
+/** `examples/webhook-receiver.mjs` running with `secret`, as the README tells merchants to run it. */
+const startExample = (secret: string) =>
+  Effect.acquireRelease(
+    Effect.async<{ port: number; output: () => string; kill: () => void }, Error>((resume) => {
+      const child = spawn(process.execPath, ["examples/webhook-receiver.mjs"], {
+        env: { ...process.env, CONFIRMD_WEBHOOK_SECRET: secret, PORT: "0" },
+        stdio: ["ignore", "pipe", "inherit"]
+      })
+      let output = ""
+      child.stdout.on("data", (chunk: Buffer) => {
+        output += chunk.toString("utf8")
+        const port = /listening on (\d+)/.exec(output)?.[1]
+        if (port !== undefined) resume(Effect.succeed({ port: Number(port), output: () => output, kill: () => child.kill() }))
+      })
+      child.on("exit", (code) => resume(Effect.fail(new Error(`example receiver exited with ${code}: ${output}`))))
+    }),
+    (example) => Effect.sync(example.kill)
+  ).pipe(Effect.timeout("20 seconds"), Effect.orDie)
 
 layer(
   App.layer({
@@ -211,6 +232,39 @@ layer(
       expect(call!.headers["webhook-id"]).toBe(`challenge.confirmed:${challenge.challenge_id}`)
       expect(verify(challenge.webhook_secret, call!)).toEqual({ verified: call!.body })
       expect(verify(shop.secret, call!)).toHaveProperty("failed")
+    }))
+
+  it.scoped("the README's receiver example accepts a real signed callback and refuses a forged one", () =>
+    Effect.gen(function*() {
+      const readme = readFileSync("README.md", "utf8")
+      expect(readme).toContain(readFileSync("examples/webhook-receiver.mjs", "utf8"))
+      const shop = yield* merchant
+      const example = yield* startExample(shop.secret)
+      const url = `http://127.0.0.1:${example.port}/hooks/confirmd`
+      const paymentId = yield* paidPayment(shop.key, url)
+      const delivered = yield* eventually(deliveries(shop.key, paymentId), (r) => r.body[0]?.state === "delivered")
+      expect(delivered.body[0].attempts.map((a: Json) => a.http_status)).toEqual([204])
+      yield* eventually(Effect.sync(example.output), (text) => text.includes(`paid: ${paymentId}`))
+
+      // The same body signed with a secret that is not the account's: refused.
+      const body = JSON.stringify({ paymentId, forged: true })
+      const at = new Date()
+      const forger = new Webhook(`whsec_${Buffer.alloc(32, 7).toString("base64")}`)
+      const forged = yield* Effect.promise(() =>
+        fetch(url, {
+          method: "POST",
+          headers: {
+            "content-type": "application/json",
+            "webhook-id": `payment.paid:${paymentId}`,
+            "webhook-timestamp": String(Math.floor(at.getTime() / 1000)),
+            "webhook-signature": forger.sign(`payment.paid:${paymentId}`, at, body)
+          },
+          body
+        })
+      )
+      expect(forged.status).toBe(401)
+      const unsigned = yield* Effect.promise(() => fetch(url, { method: "POST", body }))
+      expect(unsigned.status).toBe(401)
     }))
 
   it.effect("API key rotation: the old key gets 401 everywhere, the new one sees the same account", () =>
