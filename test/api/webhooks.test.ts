@@ -321,3 +321,38 @@ layer(
       expect((yield* app.request("GET", "/account/webhook-secret", { key })).body).toEqual(before.secret)
     }))
 })
+
+const logs: Array<string> = []
+
+layer(App.layer({ CALLBACK_ALLOW_PRIVATE_NETWORKS: "true", CONFIRMATIONS_REQUIRED: "1" }, { logs }), {
+  excludeTestServices: true,
+  timeout: "120 seconds"
+})("secrets in logs", (it) => {
+  it.scoped("no log line of any level carries a signing secret or an API key", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const receiver = yield* WebhookReceiver.make({ responses: [500], fallback: 200 })
+      const signup = (yield* app.request("POST", "/signup", { json: { method: "subscribe", plan: "growth" } })).body
+      const key: string = signup.api_key
+      yield* app.request("POST", "/addresses", { key, json: { chain: "ethereum", addresses: [SHOP] } })
+      const rotated = (yield* app.request("POST", "/account/webhook-secret/rotate", { key })).body
+      const newKey: string = (yield* app.request("POST", "/account/api-key/rotate", { key })).body.api_key
+      const payment = (yield* app.request("POST", "/payments", {
+        key: newKey,
+        json: { usd_amount: "6.1", chain: "ethereum", callback_url: receiver.url }
+      })).body
+      const challenge = (yield* app.request("POST", "/challenges", {
+        json: { chain: "ethereum", usd_amount: "2.7", callback_url: receiver.url }
+      })).body
+      yield* anvil.send(SHOP, BigInt(payment.amount_wei))
+      yield* anvil.send(donationAddresses.DONATION_ADDRESS_ETHEREUM, BigInt(challenge.amount_smallest))
+      // One failed attempt and its retry, and the other callback; signed with two secrets (rotation overlap).
+      const calls = yield* receiver.waitFor(3)
+      expect(calls.some((c) => String(c.headers["webhook-signature"]).split(" ").length === 2)).toBe(true)
+      expect(logs.length).toBeGreaterThan(0)
+      for (const secret of [signup.webhook_secret, rotated.webhook_secret, challenge.webhook_secret, key, newKey]) {
+        const material = String(secret).replace(/^whsec_/, "")
+        expect(logs.filter((line) => line.includes(material))).toEqual([])
+      }
+    }))
+})

@@ -63,13 +63,19 @@ export const baseConfig = (): Record<string, string> => ({
   ...donationAddresses
 })
 
+export interface TestAppOptions {
+  readonly database?: "postgres" | "embedded"
+  /** When given, every log line of every level is appended here (logfmt) instead of printed. */
+  readonly logs?: Array<string>
+}
+
 /**
  * `database: "embedded"` runs on PGlite in a temporary `DATA_DIR` instead of a fresh
  * PostgreSQL database, as `npm start` does.
  */
 export const makeTestApp = (
   overrides: Record<string, string> = {},
-  options: { readonly database?: "postgres" | "embedded" } = {}
+  options: TestAppOptions = {}
 ): Effect.Effect<TestApp, never, Scope.Scope> =>
   Effect.gen(function*() {
     const prices = yield* PriceServer.make
@@ -84,7 +90,14 @@ export const makeTestApp = (
     }))
     const context = yield* Layer.build(
       makeApp(NodeHttpServer.layer(createApiServer, { port: 0, host: "127.0.0.1" })).pipe(
-        Layer.provide(Logger.minimumLogLevel(LogLevel.Warning)),
+        Layer.provide(
+          options.logs === undefined
+            ? Logger.minimumLogLevel(LogLevel.Warning)
+            : Layer.merge(
+              Logger.replace(Logger.defaultLogger, Logger.map(Logger.logfmtLogger, (line) => options.logs?.push(line))),
+              Logger.minimumLogLevel(LogLevel.All)
+            )
+        ),
         Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(config)))
       )
     ).pipe(Effect.orDie)
@@ -130,7 +143,7 @@ export const subscribe = (app: TestApp, plan: "growth" | "scale" = "growth") =>
 export class App extends Context.Tag("test/App")<App, TestApp>() {
   static readonly layer = (
     overrides: Record<string, string> = {},
-    options: { readonly database?: "postgres" | "embedded" } = {}
+    options: TestAppOptions = {}
   ) => Layer.scoped(App, makeTestApp(overrides, options))
 }
 
