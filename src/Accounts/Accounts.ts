@@ -43,9 +43,10 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
     const authenticate = (key: Redacted.Redacted<string>) => {
       const raw = Redacted.value(key).trim().toLowerCase()
       if (!API_KEY.test(raw)) return Effect.fail(unauthorized())
-      return sql<{ id: string }>`SELECT id FROM accounts WHERE api_key_hash = ${hashApiKey(raw)}`.pipe(
+      const keyHash = hashApiKey(raw)
+      return sql<{ id: string }>`SELECT id FROM accounts WHERE api_key_hash = ${keyHash}`.pipe(
         Effect.orDie,
-        Effect.flatMap((rows) => rows[0] ? Effect.succeed({ id: rows[0].id }) : Effect.fail(unauthorized()))
+        Effect.flatMap((rows) => rows[0] ? Effect.succeed({ id: rows[0].id, keyHash }) : Effect.fail(unauthorized()))
       )
     }
 
@@ -66,11 +67,18 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
         return { id, apiKey, webhookSecret }
       })
 
-    /** A new key for the account; the old one is refused from this moment on. */
-    const rotateApiKey = (accountId: string) =>
+    /**
+     * A new key in place of the one presented (`keyHash`), refused from this moment on. When
+     * that key was rotated meanwhile (two rotations at once), it is no longer valid: 401.
+     */
+    const rotateApiKey = (account: { readonly id: string; readonly keyHash: string }) =>
       Effect.gen(function*() {
         const apiKey = newApiKey()
-        yield* sql`UPDATE accounts SET api_key_hash = ${hashApiKey(apiKey)} WHERE id = ${accountId}`
+        const replaced = yield* sql`
+          UPDATE accounts SET api_key_hash = ${hashApiKey(apiKey)}
+          WHERE id = ${account.id} AND api_key_hash = ${account.keyHash}
+          RETURNING id`.pipe(Effect.orDie)
+        if (replaced.length === 0) return yield* unauthorized()
         return apiKey
       })
 

@@ -117,8 +117,7 @@ export const AccountLive = HttpApiBuilder.group(ConfirmdApi, "account", (handler
           webhookSecrets.rotate(account.id).pipe(Effect.orDie, Effect.map(secretOut))))
       .handle("rotateApiKey", () =>
         Effect.flatMap(CurrentAccount, (account) =>
-          accounts.rotateApiKey(account.id).pipe(
-            Effect.orDie,
+          accounts.rotateApiKey(account).pipe(
             Effect.map((apiKey) => new ApiKeyOut({ user_id: account.id, api_key: apiKey }))
           )))
   }))

@@ -319,6 +319,18 @@ layer(
       expect((yield* app.request("GET", "/addresses", { key })).body).toEqual(before.addresses)
       expect((yield* app.request("GET", "/payments", { key })).body).toEqual(before.payments)
       expect((yield* app.request("GET", "/account/webhook-secret", { key })).body).toEqual(before.secret)
+
+      // Rotations racing with one key: one wins, the others find their key already replaced.
+      const raced = yield* Effect.all(
+        Array.from({ length: 5 }, () => app.request("POST", "/account/api-key/rotate", { key })),
+        { concurrency: "unbounded" }
+      )
+      const winners = raced.filter((r) => r.status === 200)
+      expect(winners).toHaveLength(1)
+      expect(raced.filter((r) => r.status === 401).map((r) => r.body.error.code)).toEqual(Array(4).fill("unauthorized"))
+      const latest: string = winners[0]!.body.api_key
+      expect((yield* app.request("GET", "/account", { key: latest })).body).toEqual(before.account)
+      expect((yield* app.request("GET", "/account", { key })).status).toBe(401)
     }))
 })
 
