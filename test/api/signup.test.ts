@@ -57,6 +57,7 @@ layer(App.layer({ PRICE_CACHE_SECONDS: "0" }), { excludeTestServices: true })("s
       const r = yield* app.request("POST", "/signup", { json: { method: "donation", chain: "ethereum", usd_amount: "10.5" } })
       expect(r.status).toBe(200)
       expect(r.body).toMatchObject({ plan: "starter", account_status: "pending" })
+      expect(r.body.webhook_secret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/)
       const donation = r.body.donation
       expect(donation.intent_id).toMatch(UUID)
       expect(donation).toMatchObject({ chain: "ethereum", address: donationAddresses.DONATION_ADDRESS_ETHEREUM.toLowerCase(), usd_amount: "10.5" })
