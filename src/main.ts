@@ -46,6 +46,7 @@ const MonitorLive = Layer.mergeAll(ExpirySweeperLive, IngestersLive, Confirmatio
 const BackgroundLive = MonitorRunningLive.pipe(Layer.provideMerge(MonitorLive))
 
 const ServicesLive = Layer.mergeAll(Payments.Default, Signup.Default, Challenges.Default).pipe(
+  Layer.provideMerge(DeliveryLog.Default),
   Layer.provideMerge(Layer.mergeAll(Accounts.Default, Addresses.Default, Watches.Default, DonationAddresses.Default)),
   Layer.provideMerge(
     Layer.mergeAll(
@@ -56,7 +57,8 @@ const ServicesLive = Layer.mergeAll(Payments.Default, Signup.Default, Challenges
       Supervisor.Default,
       EventLogLive,
       WebhookSecrets.Default,
-      DeliveryLog.Default
+      // Shared with the background's `ConfirmationsLive` (one instance): redelivery wakes the dispatcher.
+      Outbox.Default
     )
   ),
   Layer.provideMerge(DatabaseLive)

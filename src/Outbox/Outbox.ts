@@ -38,8 +38,20 @@ export class Outbox extends Effect.Service<Outbox>()("confirmd/Outbox", {
       }::jsonb[])
         ON CONFLICT (id) DO NOTHING`.pipe(Effect.asVoid)
 
+    /**
+     * Queues a finished (delivered or dropped) delivery again, due now, with the full attempt
+     * budget; a pending one is already queued and is left alone, so an attempt in flight keeps
+     * its lease. Call `committed` afterwards.
+     */
+    const requeue = (deliveryId: string): Effect.Effect<void, SqlError> =>
+      sql`
+        UPDATE webhook_deliveries
+        SET status = 'pending', attempts = 0, last_error = NULL, finished_at = NULL, next_attempt_at = now()
+        WHERE id = ${deliveryId} AND status <> 'pending'`.pipe(Effect.asVoid)
+
     return {
       write,
+      requeue,
       /** Call after the transaction that wrote rows committed: the readers look now rather than at their next poll. */
       committed: Effect.asVoid(Effect.zipRight(Queue.offer(webhooks, undefined), Queue.offer(events, undefined))),
       /** Completes once webhook deliveries were committed since the last take. */

@@ -6,6 +6,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Effect, Option } from "effect"
+import { Outbox } from "../Outbox/Outbox.ts"
 
 export interface DeliveryAttempt {
   readonly startedAt: Date
@@ -39,6 +40,7 @@ interface AttemptRow {
 export class DeliveryLog extends Effect.Service<DeliveryLog>()("confirmd/DeliveryLog", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    const outbox = yield* Outbox
 
     const find = (eventId: string) =>
       Effect.gen(function*() {
@@ -62,15 +64,9 @@ export class DeliveryLog extends Effect.Service<DeliveryLog>()("confirmd/Deliver
         })
       })
 
-    /**
-     * Queues a delivered or dropped delivery again, due now, with the full attempt budget. A
-     * pending one is already queued and is left alone, so an attempt in flight keeps its lease.
-     */
+    /** Sends the delivery again (see `Outbox.requeue`) and wakes the dispatcher. */
     const redeliver = (eventId: string) =>
-      sql`
-        UPDATE webhook_deliveries
-        SET status = 'pending', attempts = 0, last_error = NULL, finished_at = NULL, next_attempt_at = now()
-        WHERE id = ${eventId} AND status <> 'pending'`.pipe(Effect.zipRight(find(eventId)))
+      outbox.requeue(eventId).pipe(Effect.zipRight(outbox.committed), Effect.zipRight(find(eventId)))
 
     return { find, redeliver } as const
   })

@@ -39,6 +39,7 @@ import {
 import { ExpirySweeperLive } from "../../src/Watches/ExpirySweeper.ts"
 import { OutboxRelayLive } from "../../src/Webhooks/OutboxRelay.ts"
 import { confirmationRecord, outboxRow, paymentDelivery } from "../../src/Webhooks/Payloads.ts"
+import { newWebhookSecret } from "../../src/Webhooks/Signing.ts"
 import { WebhookDispatcherLive } from "../../src/Webhooks/WebhookDispatcher.ts"
 import { anvil } from "../support/Chains.ts"
 import { freshDatabase } from "../support/Database.ts"
@@ -254,6 +255,9 @@ describe("every supervised fiber comes back from a fault", () => {
         confirmations: 2,
         expectedAmountWei: 1_234_567_890_123_456_789n
       })
+      // The account's signing secret, as signup creates it.
+      yield* Effect.orDie(env.sql`
+        INSERT INTO webhook_secrets (id, owner_id, secret) VALUES (${randomUUID()}, ${delivery.signer}, ${newWebhookSecret()})`)
       yield* Effect.orDie(env.sql.withTransaction(outbox.write([delivery], [])))
       yield* outbox.committed
       yield* restartedOnce(env, "webhook-dispatcher", "injected fault on webhook_deliveries")

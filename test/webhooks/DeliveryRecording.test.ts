@@ -8,6 +8,7 @@ import { DatabaseLive } from "../../src/Database/Database.ts"
 import { Outbox } from "../../src/Outbox/Outbox.ts"
 import { Supervisor } from "../../src/Supervision/Supervisor.ts"
 import { type PaymentCallback, paymentDelivery } from "../../src/Webhooks/Payloads.ts"
+import { newWebhookSecret } from "../../src/Webhooks/Signing.ts"
 import { WebhookDispatcher, WebhookDispatcherLive } from "../../src/Webhooks/WebhookDispatcher.ts"
 import { freshDatabase } from "../support/Database.ts"
 import { faultOnce } from "../support/Faults.ts"
@@ -49,7 +50,10 @@ const insertDelivery = (url: string) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const row = paymentDelivery(url, callback())
-    yield* sql`INSERT INTO webhook_deliveries (id, url, payload) VALUES (${row.id}, ${row.url}, ${JSON.stringify(row.payload)}::jsonb)`
+    // The account's signing secret, as signup creates it.
+    yield* sql`INSERT INTO webhook_secrets (id, owner_id, secret) VALUES (${randomUUID()}, ${row.signer}, ${newWebhookSecret()})`
+    yield* sql`INSERT INTO webhook_deliveries (id, url, payload, signer)
+      VALUES (${row.id}, ${row.url}, ${JSON.stringify(row.payload)}::jsonb, ${row.signer})`
     return row
   }).pipe(Effect.orDie)
 
