@@ -1,7 +1,7 @@
 /** Public donation challenges: an exact-amount donation request anyone can create and poll. */
 import { SqlClient } from "@effect/sql"
 import { BigDecimal, Config, ConfigError, Effect, Either, Option, Redacted } from "effect"
-import { chainOfDonationChain, chains, type DonationChainName } from "../Domain/Chain.ts"
+import { type ChainName, chainOfDonationChain, chains, type DonationChainName } from "../Domain/Chain.ts"
 import { formatDecimal, formatSmallest, parseDecimal } from "../Domain/Money.ts"
 import { DonationAddresses } from "../Donations/DonationAddresses.ts"
 import { badRequest, notFound } from "../Http/Errors.ts"
@@ -16,9 +16,23 @@ interface ChallengeRow {
   readonly id: string
   readonly status: "PENDING" | "CONFIRMED" | "EXPIRED"
   readonly chain: DonationChainName
+  readonly address: string
   readonly amount_smallest: string
+  readonly usd_amount: string
   readonly tx_hash: string | null
   readonly expires_at: Date
+}
+
+/** What a donor may see of a challenge (the hosted checkout page). */
+export interface PayerChallenge {
+  readonly id: string
+  readonly status: "PENDING" | "CONFIRMED" | "EXPIRED"
+  readonly chain: ChainName
+  readonly address: string
+  readonly amountSmallest: bigint
+  readonly usdAmount: string
+  readonly txHash: string | null
+  readonly expiresAt: Date
 }
 
 /** `CHALLENGE_MIN_USD`, default 1: the smallest challenge accepted. */
@@ -79,26 +93,43 @@ export class Challenges extends Effect.Service<Challenges>()("confirmd/Challenge
         })
       })
 
-    const get = (challengeId: string) =>
-      Effect.gen(function*() {
-        const missing = notFound(`Challenge '${challengeId.slice(0, 64)}' not found`)
-        if (!isUuid(challengeId)) return yield* missing
-        const rows = yield* sql<ChallengeRow>`
-          SELECT id, ${sql.literal(effectiveStatus)} AS status, chain, amount_smallest::text AS amount_smallest,
-                 tx_hash, expires_at
-          FROM challenges WHERE id = ${challengeId}`.pipe(Effect.orDie)
-        const row = rows[0]
-        if (row === undefined) return yield* missing
-        return new ChallengeStatusOut({
-          challenge_id: row.id,
-          status: row.status,
-          chain: row.chain,
-          amount_native: formatSmallest(BigInt(row.amount_smallest), chains[chainOfDonationChain(row.chain)].decimals),
-          tx_hash: row.tx_hash,
-          expires_at: row.expires_at.toISOString()
-        })
-      })
+    const byId = (challengeId: string) =>
+      isUuid(challengeId)
+        ? sql<ChallengeRow>`
+            SELECT id, ${sql.literal(effectiveStatus)} AS status, chain, address, amount_smallest::text AS amount_smallest,
+                   usd_amount::text AS usd_amount, tx_hash, expires_at
+            FROM challenges WHERE id = ${challengeId}`.pipe(Effect.orDie, Effect.map((rows) => Option.fromNullable(rows[0])))
+        : Effect.succeedNone
 
-    return { create, get } as const
+    const get = (challengeId: string) =>
+      Effect.flatMap(byId(challengeId), (found) =>
+        Option.match(found, {
+          onNone: () => Effect.fail(notFound(`Challenge '${challengeId.slice(0, 64)}' not found`)),
+          onSome: (row) =>
+            Effect.succeed(
+              new ChallengeStatusOut({
+                challenge_id: row.id,
+                status: row.status,
+                chain: row.chain,
+                amount_native: formatSmallest(BigInt(row.amount_smallest), chains[chainOfDonationChain(row.chain)].decimals),
+                tx_hash: row.tx_hash,
+                expires_at: row.expires_at.toISOString()
+              })
+            )
+        }))
+
+    const forPayer = (challengeId: string) =>
+      Effect.map(byId(challengeId), Option.map((row): PayerChallenge => ({
+        id: row.id,
+        status: row.status,
+        chain: chainOfDonationChain(row.chain),
+        address: row.address,
+        amountSmallest: BigInt(row.amount_smallest),
+        usdAmount: row.usd_amount,
+        txHash: row.tx_hash,
+        expiresAt: row.expires_at
+      })))
+
+    return { create, get, forPayer } as const
   })
 }) {}

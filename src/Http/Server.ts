@@ -20,6 +20,7 @@ import { AccountLive, AuthenticationLive, PublicLive } from "../Accounts/Http.ts
 import { AddressesLive } from "../Addresses/Http.ts"
 import { ConfirmdApi } from "../Api.ts"
 import { ChallengesLive } from "../Challenges/Http.ts"
+import { CheckoutRoutesLive } from "../Checkout/Http.ts"
 import { AgentsLive } from "../Health/Http.ts"
 import { drainableServer } from "../Ops/HttpDrain.ts"
 import { OpsRoutesLive, withHttpMetrics } from "../Ops/Http.ts"
@@ -103,6 +104,8 @@ export const HttpLive = HttpApiBuilder.serve((app) => withHttpMetrics(withReques
   Layer.provide(HttpApiSwagger.layer({ path: "/docs" })),
   // /metrics and /ops/status: beside the API, outside its OpenAPI document (Ops/Http.ts).
   Layer.provide(OpsRoutesLive),
+  // /pay/...: the hosted checkout pages for payers, outside it too (Checkout/Http.ts).
+  Layer.provide(CheckoutRoutesLive),
   Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
   Layer.provide(RequestErrorsLive),
   Layer.provide(ApiLive),

@@ -63,6 +63,22 @@ const toDeliveryOut = (delivery: Delivery): DeliveryOut => new DeliveryOut({
   )
 })
 
+/** What the payer of a payment may see (the hosted checkout page): nothing of the merchant. */
+export interface PayerPayment {
+  readonly id: string
+  readonly status: "PENDING" | "PAID" | "EXPIRED"
+  readonly chain: ChainName
+  readonly address: string
+  readonly asset: Asset
+  /** The token's contract on token payments, null for the native coin. */
+  readonly tokenContract: string | null
+  readonly amountSmallest: bigint
+  readonly usdAmount: string
+  readonly txHash: string | null
+  readonly confirmations: number
+  readonly expiresAt: Date
+}
+
 export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -140,10 +156,10 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
         })
       })
 
-    const select = sql.literal(
-      `SELECT id, ${effectiveStatus} AS status, chain, address, asset, token_contract, amount_smallest::text AS amount_smallest,
-              usd_amount::text AS usd_amount, tx_hash, confirmations FROM payments`
-    )
+    const columns = `SELECT id, ${effectiveStatus} AS status, chain, address, asset, token_contract,
+              amount_smallest::text AS amount_smallest, usd_amount::text AS usd_amount, tx_hash, confirmations`
+    const select = sql.literal(`${columns} FROM payments`)
+    const selectForPayer = sql.literal(`${columns}, expires_at FROM payments`)
 
     const list = (accountId: string) =>
       sql<PaymentRow>`${select} WHERE account_id = ${accountId} ORDER BY created_at DESC, id`.pipe(
@@ -181,6 +197,31 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
         return Option.isSome(delivery) ? toDeliveryOut(delivery.value) : yield* noCallback
       })
 
-    return { create, list, get, deliveries, redeliver } as const
+    /** By id alone: the payment id is the payer's capability. */
+    const forPayer = (paymentId: string) =>
+      Effect.gen(function*() {
+        if (!isUuid(paymentId)) return Option.none<PayerPayment>()
+        const rows = yield* sql<PaymentRow & { readonly expires_at: Date }>`${selectForPayer} WHERE id = ${paymentId}`.pipe(
+          Effect.orDie
+        )
+        return Option.flatMap(Option.fromNullable(rows[0]), (row) =>
+          isChainName(row.chain)
+            ? Option.some<PayerPayment>({
+              id: row.id,
+              status: row.status,
+              chain: row.chain,
+              address: row.address,
+              asset: row.asset,
+              tokenContract: row.token_contract,
+              amountSmallest: BigInt(row.amount_smallest),
+              usdAmount: row.usd_amount,
+              txHash: row.tx_hash,
+              confirmations: row.confirmations,
+              expiresAt: row.expires_at
+            })
+            : Option.none())
+      })
+
+    return { create, list, get, deliveries, redeliver, forPayer } as const
   })
 }) {}
