@@ -35,7 +35,7 @@ main{max-width:28rem;margin:0 auto;padding:1rem}
 .card{background:#fff;border-radius:12px;padding:1.25rem;box-shadow:0 1px 3px rgba(0,0,0,.12)}
 h1{font-size:1.15rem;margin:0 0 .25rem}
 .sub{color:#57606a;margin:0 0 1rem;font-size:.9rem}
-.amount{font-size:1.6rem;font-weight:650;word-break:break-all;margin:0}
+.amount{font-size:clamp(1.1rem,6vw,1.6rem);font-weight:650;word-break:break-all;margin:0}
 .usd{color:#57606a;margin:0 0 1rem}
 .qr{display:block;width:100%;max-width:16rem;margin:0 auto 1rem}
 .qr svg{display:block;width:100%;height:auto}
@@ -63,7 +63,7 @@ var expires=Date.parse(page.getAttribute("data-expires")),statePath=page.getAttr
 var labels={waiting:"Waiting for your payment",paid:"Paid. Thank you!",expired:"Expired: do not pay to this address any more"};
 function show(s){stateEl.setAttribute("data-state",s.state);
 stateEl.textContent=s.state==="seen"?"Payment seen: "+s.confirmations+" of "+s.confirmations_required+" confirmations":labels[s.state];
-if(s.tx_hash){txEl.textContent="Transaction "+s.tx_hash;}}
+if(s.tx_hash){txEl.textContent="Transaction "+s.tx_hash;}tick();}
 function final(){var s=stateEl.getAttribute("data-state");return s==="paid"||s==="expired";}
 function tick(){var left=Math.max(0,Math.floor((expires-Date.now())/1000));
 if(final()&&stateEl.getAttribute("data-state")==="paid"){countEl.textContent="";return;}
