@@ -1,10 +1,14 @@
 import { Schema } from "effect"
 import { ChainName } from "../Domain/Chain.ts"
 
-/** A chain node could not be reached or answered something unusable. */
+/**
+ * A chain node could not be reached or answered something unusable. `host` is the node's
+ * `host[:port]` (never its credentials, path or query), set by ChainClients.
+ */
 export class ChainUnavailable extends Schema.TaggedError<ChainUnavailable>()("ChainUnavailable", {
   chain: ChainName,
-  message: Schema.String
+  message: Schema.String,
+  host: Schema.optional(Schema.String)
 }) {}
 
 /** Native value on any chain; a token is named by its contract address (EVM, lowercase). */

@@ -20,6 +20,7 @@ import { bitcoinParamsConfig, canonicalAddress } from "../Domain/Address.ts"
 import { type ChainName, chainNames } from "../Domain/Chain.ts"
 import type { BitcoinClient } from "./BitcoinClient.ts"
 import { makeBitcoinRpc } from "./BitcoinRpc.ts"
+import { hostOf } from "../Domain/Host.ts"
 import { type ChainBlock, ChainUnavailable } from "./Block.ts"
 import { makeEsplora } from "./Esplora.ts"
 import { type EvmChainName, type EvmClient, makeEvmClient, viemChains } from "./Evm.ts"
@@ -63,13 +64,14 @@ const evmUrlConfig = (chain: EvmChainName) =>
     Config.withDefault(viemChains[chain].rpcUrls.default.http[0])
   )
 
+/** The bitcoin client and the host it talks to. */
 const makeBitcoin = (timeout: Duration.Duration) => Effect.gen(function*() {
   const rpcUrl = yield* Config.option(Config.url("BITCOIN_RPC_URL"))
-  if (Option.isSome(rpcUrl)) return yield* makeBitcoinRpc(rpcUrl.value, timeout)
+  if (Option.isSome(rpcUrl)) return { client: yield* makeBitcoinRpc(rpcUrl.value, timeout), host: hostOf(rpcUrl.value) }
   const esploraUrl = yield* Config.url("ESPLORA_URL").pipe(
     Config.withDefault(new URL("https://blockstream.info/api"))
   )
-  return yield* makeEsplora(esploraUrl, timeout)
+  return { client: yield* makeEsplora(esploraUrl, timeout), host: hostOf(esploraUrl) }
 })
 
 export class ChainClients extends Effect.Service<ChainClients>()("confirmd/ChainClients", {
@@ -80,19 +82,32 @@ export class ChainClients extends Effect.Service<ChainClients>()("confirmd/Chain
     const tokens = yield* chainTokensConfig(enabledChains)
 
     const evmClients = new Map<ChainName, EvmClient>()
+    const hosts = new Map<ChainName, string>()
     for (const chain of enabledChains) {
       if (chain === "bitcoin") continue
+      const url = yield* evmUrlConfig(chain)
       evmClients.set(
         chain,
-        yield* makeEvmClient(chain, yield* evmUrlConfig(chain), timeout, {
+        yield* makeEvmClient(chain, url, timeout, {
           traces: yield* tracesSettingConfig(chain),
           tokens: new Set(Array.from(tokens.get(chain)?.values() ?? [], (token) => token.contract))
         })
       )
+      hosts.set(chain, hostOf(url))
     }
     const bitcoinClient: Option.Option<BitcoinClient> = enabledChains.includes("bitcoin")
-      ? Option.some(yield* makeBitcoin(timeout))
+      ? Option.some(yield* Effect.map(makeBitcoin(timeout), ({ client, host }) => {
+        hosts.set("bitcoin", host)
+        return client
+      }))
       : Option.none()
+
+    /** Names the node's host on a failure, for logs and error hints. */
+    const withHost = <A>(chain: ChainName, effect: Effect.Effect<A, ChainUnavailable>) =>
+      Effect.mapError(effect, (e) => {
+        const host = hosts.get(chain)
+        return host === undefined ? e : new ChainUnavailable({ chain: e.chain, message: e.message, host })
+      })
 
     const disabled = (chain: ChainName) =>
       new ChainUnavailable({ chain, message: `chain ${chain} is disabled (not listed in CHAINS)` })
@@ -124,24 +139,36 @@ export class ChainClients extends Effect.Service<ChainClients>()("confirmd/Chain
       bitcoin,
       /** Current block height. */
       head: (chain: ChainName): Effect.Effect<bigint, ChainUnavailable> =>
-        chain === "bitcoin"
-          ? Effect.flatMap(bitcoin, (client) => client.tipHeight)
-          : Effect.flatMap(evm(chain), (client) => client.head),
+        withHost(
+          chain,
+          chain === "bitcoin"
+            ? Effect.flatMap(bitcoin, (client) => client.tipHeight)
+            : Effect.flatMap(evm(chain), (client) => client.head)
+        ),
       /** Hash of the best-chain block at `height`. */
       blockHash: (chain: ChainName, height: bigint): Effect.Effect<string, ChainUnavailable> =>
-        chain === "bitcoin"
-          ? Effect.flatMap(bitcoin, (client) => client.blockHash(height))
-          : Effect.flatMap(evm(chain), (client) => client.blockHash(height)),
+        withHost(
+          chain,
+          chain === "bitcoin"
+            ? Effect.flatMap(bitcoin, (client) => client.blockHash(height))
+            : Effect.flatMap(evm(chain), (client) => client.blockHash(height))
+        ),
       /** How an EVM chain's blocks are read (probed once); none on bitcoin. */
       reading: (chain: ChainName): Effect.Effect<Option.Option<BlockReading>, ChainUnavailable> =>
-        chain === "bitcoin"
-          ? Effect.succeed(Option.none())
-          : Effect.flatMap(evm(chain), (client) => Effect.map(client.reading, Option.some)),
+        withHost(
+          chain,
+          chain === "bitcoin"
+            ? Effect.succeed(Option.none())
+            : Effect.flatMap(evm(chain), (client) => Effect.map(client.reading, Option.some))
+        ),
       /** The best-chain block at `height`, normalised. */
       block: (chain: ChainName, height: bigint): Effect.Effect<ChainBlock, ChainUnavailable> =>
-        chain === "bitcoin"
-          ? Effect.flatMap(bitcoin, (client) => Effect.flatMap(client.blockHash(height), client.block))
-          : Effect.flatMap(evm(chain), (client) => client.block(height))
+        withHost(
+          chain,
+          chain === "bitcoin"
+            ? Effect.flatMap(bitcoin, (client) => Effect.flatMap(client.blockHash(height), client.block))
+            : Effect.flatMap(evm(chain), (client) => client.block(height))
+        )
     }
   }),
   dependencies: [FetchHttpClient.layer]

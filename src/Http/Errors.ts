@@ -64,7 +64,7 @@ export const forbidden = (message: string) => new Forbidden(body("forbidden", me
 export const notFound = (message: string) => new NotFound(body("not_found", message))
 export const conflict = (message: string, hint?: string) => new Conflict(body("conflict", message, hint))
 export const tooManyRequests = (message: string) => new TooManyRequests(body("too_many_requests", message))
-export const upstreamError = (message: string) => new UpstreamError(body("upstream_error", message))
+export const upstreamError = (message: string, hint?: string) => new UpstreamError(body("upstream_error", message, hint))
 export const payloadTooLarge = (message: string) => new PayloadTooLarge(body("error", message))
 export const unsupportedMediaType = (message: string) =>
   new UnsupportedMediaType(body("error", message, "Send the body as JSON with Content-Type: application/json"))

@@ -2,5 +2,17 @@ import type { ChainUnavailable } from "../Chains/ChainClients.ts"
 import type { PriceUnavailable } from "../Price/PriceOracle.ts"
 import { upstreamError } from "./Errors.ts"
 
-/** Price sources and chain nodes failing both surface as 502 `upstream_error`. */
-export const toUpstream = (e: PriceUnavailable | ChainUnavailable) => upstreamError(e.message)
+const nodeSetting = (chain: ChainUnavailable["chain"]) =>
+  chain === "bitcoin" ? "BITCOIN_RPC_URL or ESPLORA_URL" : `RPC_URL_${chain.toUpperCase()}`
+
+/**
+ * Price sources and chain nodes failing both surface as 502 `upstream_error`, with a hint
+ * naming what to check.
+ */
+export const toUpstream = (e: PriceUnavailable | ChainUnavailable) =>
+  e._tag === "PriceUnavailable"
+    ? upstreamError(e.message, e.hint)
+    : upstreamError(
+      e.message,
+      `The ${e.chain} node${e.host === undefined ? "" : ` at ${e.host}`} did not answer; check ${nodeSetting(e.chain)} and RPC_TIMEOUT_MS`
+    )

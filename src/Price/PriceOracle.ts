@@ -27,6 +27,7 @@ import {
   Schema
 } from "effect"
 import { Symbol as TokenSymbol } from "../Domain/Chain.ts"
+import { hostOf, rootMessage } from "../Domain/Host.ts"
 import { decimalFromNumber, formatDecimal, parseDecimal } from "../Domain/Money.ts"
 
 /** Failed requests to a price source (tag `source`). */
@@ -35,10 +36,14 @@ export const priceSourceErrors = Metric.counter("confirmd_price_source_errors_to
   incremental: true
 })
 
-/** No source could give a price for `symbol`; `message` lists why each one failed. */
+/**
+ * No source could give a price for `symbol`; `message` lists why each one failed and `hint`
+ * says what to check (the sources tried and their hosts, `PRICE_FIXED_USD` for local use).
+ */
 export class PriceUnavailable extends Schema.TaggedError<PriceUnavailable>()("PriceUnavailable", {
   symbol: TokenSymbol,
-  message: Schema.String
+  message: Schema.String,
+  hint: Schema.String
 }) {}
 
 export const PriceSource = Schema.Literal("coingecko", "coinbase", "kraken")
@@ -207,7 +212,8 @@ export class PriceOracle extends Effect.Service<PriceOracle>()("confirmd/PriceOr
               return new SourceFailed({ source, reason: `unexpected body${where}` })
             }
             default:
-              return new SourceFailed({ source, reason: error.message })
+              // Not error.message: it repeats the request URL, whose query may hold an API key.
+              return new SourceFailed({ source, reason: `request failed: ${rootMessage(error)}` })
           }
         })
       )
@@ -248,6 +254,11 @@ export class PriceOracle extends Effect.Service<PriceOracle>()("confirmd/PriceOr
       }
     }
 
+    const sourcesHint = `Sources tried: ${
+      config.sources.map((source) => `${source} (${hostOf(config.urls[source])})`).join(", ")
+    }. Check that this server reaches them (PRICE_SOURCES, PRICE_<SOURCE>_URL, PRICE_TIMEOUT_SECONDS); ` +
+      `for local use without price APIs, set PRICE_FIXED_USD, e.g. BTC=65000,ETH=3000`
+
     const fetchPrice = (symbol: TokenSymbol): Effect.Effect<BigDecimal.BigDecimal, PriceUnavailable> => {
       const attempt = (
         remaining: ReadonlyArray<PriceSource>,
@@ -256,14 +267,15 @@ export class PriceOracle extends Effect.Service<PriceOracle>()("confirmd/PriceOr
         const [source, ...rest] = remaining
         if (source === undefined) {
           return Effect.fail(
-            new PriceUnavailable({ symbol, message: `no USD price for ${symbol}: ${reasons.join("; ")}` })
+            new PriceUnavailable({ symbol, message: `no USD price for ${symbol}: ${reasons.join("; ")}`, hint: sourcesHint })
           )
         }
         const instrument = instruments[source][symbol]
         if (instrument === undefined) return attempt(rest, [...reasons, `${source}: does not list ${symbol}`])
         return fromSource(source, instrument).pipe(
           Effect.catchAll((failed) =>
-            Effect.logWarning(`price source ${source} failed for ${symbol}: ${failed.reason}`).pipe(
+            Effect.logWarning("price source failed").pipe(
+              Effect.annotateLogs({ source, host: hostOf(config.urls[source]), symbol, reason: failed.reason }),
               Effect.zipRight(Metric.update(priceSourceErrors.pipe(Metric.tagged("source", source)), 1)),
               Effect.zipRight(attempt(rest, [...reasons, `${source}: ${failed.reason}`]))
             )
@@ -320,7 +332,13 @@ export class PriceOracle extends Effect.Service<PriceOracle>()("confirmd/PriceOr
         onSome: (fixed) => (symbol: TokenSymbol) =>
           Option.match(HashMap.get(fixed, symbol), {
             onNone: () =>
-              Effect.fail(new PriceUnavailable({ symbol, message: `no USD price for ${symbol} in PRICE_FIXED_USD` })),
+              Effect.fail(
+                new PriceUnavailable({
+                  symbol,
+                  message: `no USD price for ${symbol} in PRICE_FIXED_USD`,
+                  hint: `PRICE_FIXED_USD replaces the price sources; add ${symbol}=<USD price> to it`
+                })
+              ),
             onSome: Effect.succeed
           })
       }

@@ -2,7 +2,8 @@
  * The one way a fiber that runs forever is run: `supervise(fiber, body)`.
  *
  * Whatever ends the body other than interruption (a failure, a defect such as a failed
- * ROLLBACK, or simply returning) is an incident: it is logged once with its cause, counted
+ * ROLLBACK, or simply returning) is an incident: it is logged once (an expected failure as one
+ * line with its host and reason, a defect with its stack trace: Ops/FailureLog.ts), counted
  * in `confirmd_fiber_restarts_total{fiber,kind}`, recorded as the fiber's last error, and
  * the body starts again after a capped, jittered backoff (250 ms doubling up to
  * `RESTART_BACKOFF_MAX_MS`, default 3000 ms). Progress reported by the body resets the
@@ -13,6 +14,7 @@
  * progress (or stayed up for `STABLE_AFTER`) after its last incident.
  */
 import { Cause, Config, DateTime, Duration, Effect, Metric, Option, Predicate, Random, SubscriptionRef } from "effect"
+import { logFailure } from "../Ops/FailureLog.ts"
 
 /** Names the fiber in logs, metrics and status: `kind` groups fibers of one sort (`ingester`), `name` is unique. */
 export interface FiberId {
@@ -165,9 +167,10 @@ export class Supervisor extends Effect.Service<Supervisor>()("confirmd/Superviso
             }))
             yield* Metric.increment(restartCounter)
             if (options.onIncident !== undefined) yield* options.onIncident(error)
-            yield* Effect.logError(`${fiber.kind} failed; restarting after a backoff`, cause).pipe(
-              Effect.annotateLogs({ error, restartInMs: Duration.toMillis(delay), consecutiveFailures: failures })
-            )
+            yield* logFailure(`${fiber.kind} failed; restarting after a backoff`, cause, {
+              restartInMs: Duration.toMillis(delay),
+              consecutiveFailures: failures
+            })
             yield* Effect.sleep(delay)
             const restarted = yield* DateTime.now
             yield* update(fiber.name, (s) => ({ ...s, state: "running", runningSince: restarted }))

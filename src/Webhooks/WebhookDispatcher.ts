@@ -55,6 +55,7 @@ import { Supervisor } from "../Supervision/Supervisor.ts"
 import { lookup as dnsLookup } from "node:dns"
 import type { LookupAddress, LookupOptions } from "node:dns"
 import type { LookupFunction } from "node:net"
+import { hostOf, rootMessage } from "../Domain/Host.ts"
 import { AllowPrivateNetworks, checkCallbackUrl, nonPublicRange } from "./CallbackUrl.ts"
 import { signatureHeaders } from "./Signing.ts"
 import { WebhookSecrets } from "./WebhookSecrets.ts"
@@ -187,17 +188,6 @@ interface DueDelivery {
   /** Attempts made before this one. */
   readonly attempts: number
   readonly waited_seconds: number
-}
-
-/** The deepest `message` of an error chain: "connect ECONNREFUSED 127.0.0.1:1" rather than "Transport error". */
-const rootMessage = (error: unknown): string => {
-  let current: unknown = error
-  let message = ""
-  for (let depth = 0; depth < 8 && current instanceof Error; depth++) {
-    if (current.message !== "") message = current.message
-    current = current.cause
-  }
-  return message === "" ? String(error) : message
 }
 
 /** A `net` lookup that refuses non-public addresses (used when private networks are not allowed). */
@@ -361,7 +351,7 @@ const makeDispatcher = Effect.gen(function*() {
           SET status = 'dropped', attempts = ${attempt}, last_error = ${reason}, finished_at = now()
           WHERE id = ${delivery.id} AND attempts = ${delivery.attempts} AND status = 'pending'`)
         yield* Effect.logWarning("webhook dropped after its last attempt").pipe(
-          Effect.annotateLogs({ deliveryId: delivery.id, attempts: attempt, lastError: reason })
+          Effect.annotateLogs({ deliveryId: delivery.id, host: hostOf(delivery.url), attempts: attempt, reason })
         )
         return yield* record(attempt, "dropped")
       }
@@ -372,7 +362,7 @@ const makeDispatcher = Effect.gen(function*() {
           next_attempt_at = now() + make_interval(secs => ${Duration.toSeconds(delay)}::double precision)
         WHERE id = ${delivery.id} AND attempts = ${delivery.attempts} AND status = 'pending'`)
       yield* Effect.logDebug("webhook attempt failed").pipe(
-        Effect.annotateLogs({ deliveryId: delivery.id, attempt, error: reason, retryIn: Duration.format(delay) })
+        Effect.annotateLogs({ deliveryId: delivery.id, host: hostOf(delivery.url), attempt, reason, retryIn: Duration.format(delay) })
       )
       yield* record(attempt, "failed")
       // Come back when it is due instead of waiting for the next poll after that.

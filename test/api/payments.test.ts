@@ -193,6 +193,10 @@ layer(App.layer({ CALLBACK_ALLOW_PRIVATE_NETWORKS: "false", PRICE_CACHE_SECONDS:
       yield* app.prices.setPrice("ETH", "3000.5")
       expect(r.status).toBe(502)
       expect(r.body.error.code).toBe("upstream_error")
+      // What to check: every source tried, by host, and the local alternative.
+      const host = new URL(app.prices.env.PRICE_COINGECKO_URL!).host
+      expect(r.body.error.hint).toContain(`Sources tried: coingecko (${host}), coinbase (${host}), kraken (${host}).`)
+      expect(r.body.error.hint).toContain("PRICE_FIXED_USD")
       expect((yield* app.request("GET", "/account", { key })).body.events_used).toBe(0)
     }))
 })
@@ -244,6 +248,7 @@ layer(App.layer({ RPC_URL_ETHEREUM: "http://127.0.0.1:9", RPC_TIMEOUT_MS: "2000"
       const r = yield* app.request("POST", "/payments", { key, json: { usd_amount: "5", chain: "ethereum", callback_url: hook } })
       expect(r.status).toBe(502)
       expect(r.body.error.code).toBe("upstream_error")
+      expect(r.body.error.hint).toBe("The ethereum node at 127.0.0.1:9 did not answer; check RPC_URL_ETHEREUM and RPC_TIMEOUT_MS")
       expect((yield* app.request("GET", "/account", { key })).body.events_used).toBe(0)
     }))
 })

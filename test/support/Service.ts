@@ -36,9 +36,13 @@ export interface Service {
 /**
  * Starts one process with exactly `env` (plus PATH and HOME) in `cwd` (default: the
  * repository), on `env.PORT` or a free port. When the scope closes it gets SIGTERM, and
- * SIGKILL if it has not ended 15 s later. Its JSON logs are shown with TEST_SERVICE_LOGS=1.
+ * SIGKILL if it has not ended 15 s later. Its JSON logs go to `options.onOutput` when given,
+ * else are shown with TEST_SERVICE_LOGS=1.
  */
-export const startService = (env: Record<string, string>, options: { readonly cwd?: string } = {}) =>
+export const startService = (
+  env: Record<string, string>,
+  options: { readonly cwd?: string; readonly onOutput?: (chunk: string) => void } = {}
+) =>
   Effect.gen(function*() {
     const port = env.PORT ?? String(yield* freePort)
     const child = yield* Effect.acquireRelease(
@@ -47,11 +51,12 @@ export const startService = (env: Record<string, string>, options: { readonly cw
         spawn(process.execPath, ["--import", tsxLoader, join(repo, "src/main.ts")], {
           cwd: options.cwd ?? repo,
           env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "", ...env, PORT: port },
-          stdio: ["ignore", process.env.TEST_SERVICE_LOGS === "1" ? "inherit" : "ignore", "inherit"]
+          stdio: ["ignore", options.onOutput !== undefined ? "pipe" : process.env.TEST_SERVICE_LOGS === "1" ? "inherit" : "ignore", "inherit"]
         })
       ),
       (child) => Effect.asVoid(stop(child, "SIGTERM").pipe(Effect.timeout("15 seconds"), Effect.orElse(() => stop(child, "SIGKILL"))))
     )
+    child.stdout?.on("data", (chunk: Buffer) => options.onOutput?.(chunk.toString("utf8")))
     const exited = new Promise<number | null>((done) => {
       if (child.exitCode !== null || child.signalCode !== null) done(child.exitCode)
       else child.once("exit", (code) => done(code))
