@@ -44,11 +44,14 @@ export interface EvmClient {
   readonly reading: Effect.Effect<BlockReading, ChainUnavailable>
 }
 
-// viem's full messages repeat the URL (which may hold an API key) and the request body.
-const describe = (error: unknown): string =>
-  error instanceof BaseError
-    ? [error.shortMessage.replace(/\.$/, ""), error.details].filter((s) => s !== undefined && s !== "").join(": ")
-    : String(error)
+// viem's full messages repeat the URL (which may hold an API key) and the request body. The
+// innermost cause, when it is not viem's own, says what happened on the wire (ENOTFOUND, ...).
+const describe = (error: unknown): string => {
+  if (!(error instanceof BaseError)) return String(error)
+  const root = error.walk()
+  const wire = root instanceof Error && !(root instanceof BaseError) && root.message !== error.details ? root.message : undefined
+  return [error.shortMessage.replace(/\.$/, ""), error.details, wire].filter((s) => s !== undefined && s !== "").join(": ")
+}
 
 const refusedStatus = (status: number | undefined) => status !== undefined && status >= 400 && status < 500 && status !== 429
 
