@@ -3,7 +3,8 @@
  * code as inline SVG rendered on the server by `qrcode`), readable at phone width. Without
  * JavaScript everything static works (amount, address, QR, wallet link, expiry time) and the
  * page reloads itself every 20 s; with it, the state and the countdown update in place and
- * the copy buttons appear.
+ * the copy buttons appear. A template engine would add a dependency for a handful of
+ * interpolations; every one of them goes through `escape`.
  */
 import { createHash } from "node:crypto"
 import { chains } from "../Domain/Chain.ts"

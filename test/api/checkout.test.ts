@@ -124,7 +124,7 @@ layer(
       expect(requested.some((r) => r.endsWith("/state"))).toBe(true)
     }), { timeout: 120_000 })
 
-  it.scoped("serves a bitcoin donation challenge with its BIP21 URI", () =>
+  it.scoped("serves a bitcoin donation challenge with its BIP21 URI, also without JavaScript", () =>
     Effect.gen(function*() {
       const app = yield* App
       const challenge = (yield* app.request("POST", "/challenges", { json: { chain: "bitcoin", usd_amount: "7" } })).body
@@ -137,6 +137,15 @@ layer(
       expect(yield* text(page, "#amount")).toBe(`${challenge.amount_native} BTC`)
       const state = yield* Effect.promise(() => fetch(`${app.baseUrl}/pay/challenge/${challenge.challenge_id}/state`).then((r) => r.json()))
       expect(state).toMatchObject({ state: "waiting", confirmations: 0, tx_hash: null })
+
+      // Without JavaScript the static parts still serve: QR, amount, expiry time; no dead buttons.
+      const { page: plain } = yield* phonePage(chromium)
+      yield* Effect.promise(() => plain.setJavaScriptEnabled(false))
+      yield* Effect.promise(() => plain.goto(`${app.baseUrl}/pay/challenge/${challenge.challenge_id}`))
+      expect(yield* decodeQr(plain)).toBe(`bitcoin:${DONATION_BTC}?amount=${challenge.amount_native}`)
+      expect(yield* text(plain, "#countdown")).toMatch(/^Expires at \d{4}-\d\d-\d\d \d\d:\d\d UTC$/)
+      expect(yield* text(plain, "#address")).toBe(DONATION_BTC)
+      expect(yield* Effect.promise(() => plain.$eval("button[data-copy]", (b) => b.checkVisibility()))).toBe(false)
     }), { timeout: 60_000 })
 
   it.scoped("answers an unknown or malformed id with a 404 page", () =>
@@ -162,3 +171,23 @@ layer(
     }))
 })
 
+
+layer(App.layer({ CALLBACK_ALLOW_PRIVATE_NETWORKS: "true", PAYMENT_TTL: "4" }), { excludeTestServices: true })("checkout page expiry", (it) => {
+  it.scoped("counts down and shows the payment expired without a reload", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const key = yield* subscribe(app)
+      yield* app.request("POST", "/addresses", { key, json: { chain: "ethereum", addresses: [SHOP] } })
+      const payment = (yield* app.request("POST", "/payments", {
+        key,
+        json: { usd_amount: "1", chain: "ethereum", callback_url: "http://127.0.0.1:9/hook" }
+      })).body
+      const chromium = yield* browser
+      const { page } = yield* phonePage(chromium)
+      yield* Effect.promise(() => page.goto(`${app.baseUrl}/pay/${payment.payment_id}`))
+      expect(yield* text(page, "#countdown")).toMatch(/^Expires in 0:0[0-4]$/)
+      yield* Effect.promise(() => page.waitForSelector("#state[data-state=expired]", { timeout: 30_000 }))
+      expect(yield* text(page, "#state")).toBe("Expired: do not pay to this address any more")
+      expect(yield* text(page, "#countdown")).toBe("Expired")
+    }), { timeout: 60_000 })
+})
