@@ -31,7 +31,6 @@ import { NodeHttpClient } from "@effect/platform-node"
 import { SqlClient } from "@effect/sql"
 import type { Statement } from "@effect/sql"
 import {
-  Cause,
   Chunk,
   Clock,
   Config,
@@ -56,6 +55,7 @@ import { lookup as dnsLookup } from "node:dns"
 import type { LookupAddress, LookupOptions } from "node:dns"
 import type { LookupFunction } from "node:net"
 import { hostOf, rootMessage } from "../Domain/Host.ts"
+import { logFailure } from "../Ops/FailureLog.ts"
 import { AllowPrivateNetworks, checkCallbackUrl, nonPublicRange } from "./CallbackUrl.ts"
 import { signatureHeaders } from "./Signing.ts"
 import { WebhookSecrets } from "./WebhookSecrets.ts"
@@ -370,7 +370,7 @@ const makeDispatcher = Effect.gen(function*() {
     }).pipe(
       Effect.scoped,
       Effect.catchAllCause((cause) =>
-        Cause.isInterruptedOnly(cause) ? Effect.void : Effect.logError("webhook attempt ended unexpectedly", cause)
+        logFailure("webhook attempt ended unexpectedly", cause)
       ),
       Effect.annotateLogs({ deliveryId: delivery.id }),
       Effect.ensuring(Effect.zipRight(Effect.sync(() => inFlight.delete(delivery.id)), wake))
