@@ -14,5 +14,5 @@ export const toUpstream = (e: PriceUnavailable | ChainUnavailable) =>
     ? upstreamError(e.message, e.hint)
     : upstreamError(
       e.message,
-      `The ${e.chain} node${e.host === undefined ? "" : ` at ${e.host}`} did not answer; check ${nodeSetting(e.chain)} and RPC_TIMEOUT_MS`
+      `Check that the ${e.chain} node${e.host === undefined ? "" : ` at ${e.host}`} is reachable and in sync (${nodeSetting(e.chain)}, RPC_TIMEOUT_MS)`
     )

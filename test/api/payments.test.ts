@@ -248,7 +248,7 @@ layer(App.layer({ RPC_URL_ETHEREUM: "http://127.0.0.1:9", RPC_TIMEOUT_MS: "2000"
       const r = yield* app.request("POST", "/payments", { key, json: { usd_amount: "5", chain: "ethereum", callback_url: hook } })
       expect(r.status).toBe(502)
       expect(r.body.error.code).toBe("upstream_error")
-      expect(r.body.error.hint).toBe("The ethereum node at 127.0.0.1:9 did not answer; check RPC_URL_ETHEREUM and RPC_TIMEOUT_MS")
+      expect(r.body.error.hint).toBe("Check that the ethereum node at 127.0.0.1:9 is reachable and in sync (RPC_URL_ETHEREUM, RPC_TIMEOUT_MS)")
       expect((yield* app.request("GET", "/account", { key })).body.events_used).toBe(0)
     }))
 })
