@@ -13,7 +13,7 @@
  * go to `.demo/`, emptied at each start.
  */
 import { NodeRuntime } from "@effect/platform-node"
-import { Console, Duration, Effect, Schedule } from "effect"
+import { Console, Data, Duration, Effect, Schedule } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
 import { mkdirSync, openSync, rmSync } from "node:fs"
 import { createServer as createHttpServer } from "node:http"
@@ -31,12 +31,14 @@ const PAYER = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
 const MERCHANT_ADDRESS = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"
 const FIXED_PRICES = "BTC=65000,ETH=3000,POL=0.5,BNB=600,AVAX=30"
 
-class DemoError extends Error {}
+/** Why the demo could not go on; printed as one line with a pointer to the logs. */
+class DemoError extends Data.TaggedError("DemoError")<{ readonly message: string }> {}
+const demoError = (message: string) => new DemoError({ message })
 
 const listenOn = (port: number) =>
   Effect.async<number, DemoError>((resume) => {
     const server = createServer()
-    server.once("error", (error) => resume(Effect.fail(new DemoError(error.message))))
+    server.once("error", (error) => resume(Effect.fail(demoError(error.message))))
     server.listen(port, "0.0.0.0", () => {
       const address = server.address()
       const bound = typeof address === "object" && address !== null ? address.port : 0
@@ -68,7 +70,7 @@ const stop = (process: ChildProcess, signal: NodeJS.Signals) =>
 const until = <A, E>(what: string, seconds: number, attempt: Effect.Effect<A, E>) =>
   attempt.pipe(
     Effect.retry(Schedule.spaced(Duration.millis(200))),
-    Effect.timeoutFail({ duration: Duration.seconds(seconds), onTimeout: () => new DemoError(`${what}: not ready after ${seconds} s`) })
+    Effect.timeoutFail({ duration: Duration.seconds(seconds), onTimeout: () => demoError(`${what}: not ready after ${seconds} s`) })
   )
 
 const rpc = (url: string, method: string, params: ReadonlyArray<unknown> = []) =>
@@ -80,12 +82,14 @@ const rpc = (url: string, method: string, params: ReadonlyArray<unknown> = []) =
         body: JSON.stringify({ jsonrpc: "2.0", id: 1, method, params }),
         signal: AbortSignal.timeout(5_000)
       })
-      const body = (await response.json()) as { result?: unknown; error?: { message: string } }
-      if (body.error !== undefined) throw new DemoError(`${method}: ${body.error.message}`)
-      return body.result
+      return (await response.json()) as { result?: unknown; error?: { message: string } }
     },
-    catch: (error) => new DemoError(`${method}: ${String(error)}`)
-  })
+    catch: (error) => demoError(`${method}: ${String(error)}`)
+  }).pipe(
+    Effect.flatMap((body) =>
+      body.error === undefined ? Effect.succeed(body.result) : Effect.fail(demoError(`${method}: ${body.error.message}`))
+    )
+  )
 
 type Body = Record<string, unknown>
 
@@ -112,7 +116,7 @@ const client = (base: string): Client => ({
           })
           return { status: response.status, body: (await response.json()) as Body }
         },
-        catch: (error) => new DemoError(`${method} ${path}: ${String(error)}`)
+        catch: (error) => demoError(`${method} ${path}: ${String(error)}`)
       })
       if (options.quiet !== true) {
         const key = options.key === undefined ? "" : ` (X-API-Key: ${options.key.slice(0, 12)}…)`
@@ -142,7 +146,7 @@ const inbox = (port: number) =>
           response.writeHead(200, { "content-type": "application/json" }).end("{\"received\":true}")
         })
       })
-      server.once("error", (error) => resume(Effect.fail(new DemoError(`webhook inbox: ${error.message}`))))
+      server.once("error", (error) => resume(Effect.fail(demoError(`webhook inbox: ${error.message}`))))
       server.listen(port, "127.0.0.1", () =>
         resume(Effect.succeed({
           received,
@@ -156,8 +160,10 @@ const inbox = (port: number) =>
   )
 
 const program = Effect.gen(function*() {
-  rmSync(stateDir, { recursive: true, force: true })
-  mkdirSync(stateDir, { recursive: true })
+  yield* Effect.sync(() => {
+    rmSync(stateDir, { recursive: true, force: true })
+    mkdirSync(stateDir, { recursive: true })
+  })
 
   const servicePort = yield* pickPort(Number(process.env.PORT ?? 8080))
   const inboxPort = yield* pickPort(Number(process.env.DEMO_INBOX_PORT ?? 8088))
@@ -190,7 +196,7 @@ const program = Effect.gen(function*() {
     CALLBACK_ALLOW_PRIVATE_NETWORKS: "true"
   })
   const api = client(base)
-  yield* until("confirmd", 120, Effect.filterOrFail(api.call("GET", "/health", { quiet: true }), (r) => r.status === 200, () => new DemoError("starting")))
+  yield* until("confirmd", 120, Effect.filterOrFail(api.call("GET", "/health", { quiet: true }), (r) => r.status === 200, () => demoError("starting")))
   yield* Console.log(`
   chain     ${chainUrl} (anvil, chain id 1, watched as "ethereum")
   service   ${base}
@@ -204,9 +210,10 @@ const program = Effect.gen(function*() {
     key,
     json: { usd_amount: "25.00", chain: "ethereum", callback_url: hook }
   })
-  if (payment.status !== 200) return yield* Effect.fail(new DemoError(`payment not created (${payment.status})`))
+  if (payment.status !== 200) return yield* Effect.fail(demoError(`payment not created (${payment.status})`))
   const paymentId = String(payment.body.payment_id)
   const wei = BigInt(String(payment.body.amount_wei))
+  yield* Console.log(`  the payer's checkout page: ${base}/pay/${paymentId}`)
 
   yield* Console.log(`\n⛓ the payer sends exactly ${payment.body.amount_native} ETH from ${PAYER}`)
   const txHash = yield* rpc(chainUrl, "eth_sendTransaction", [{ from: PAYER, to: MERCHANT_ADDRESS, value: `0x${wei.toString(16)}` }])
@@ -216,7 +223,7 @@ const program = Effect.gen(function*() {
     until(what, 60, Effect.filterOrFail(
       api.call("GET", `/payments/${paymentId}`, { key, quiet: true }),
       (r) => predicate(r.body),
-      () => new DemoError(what)
+      () => demoError(what)
     ))
   yield* status((body) => body.tx_hash !== null, "the transfer seen")
   yield* api.call("GET", `/payments/${paymentId}`, { key })
@@ -225,7 +232,7 @@ const program = Effect.gen(function*() {
   yield* rpc(chainUrl, "evm_mine")
   yield* status((body) => body.status === "PAID", "the payment paid")
   yield* api.call("GET", `/payments/${paymentId}`, { key })
-  yield* until("the webhook", 60, Effect.filterOrFail(Effect.sync(() => received.length), (n) => n > 0, () => new DemoError("no webhook yet")))
+  yield* until("the webhook", 60, Effect.filterOrFail(Effect.sync(() => received.length), (n) => n > 0, () => demoError("no webhook yet")))
 
   yield* Console.log(`
 ✔ payment ${paymentId} is PAID and its webhook was received.
@@ -243,5 +250,5 @@ Running until Ctrl-C.`)
 program.pipe(
   Effect.scoped,
   Effect.catchAll((error) => Console.error(`demo failed: ${error.message} (see .demo/*.log)`).pipe(Effect.zipRight(Effect.fail(error)))),
-  NodeRuntime.runMain({ disablePrettyLogger: true })
+  NodeRuntime.runMain({ disablePrettyLogger: true, disableErrorReporting: true })
 )

@@ -15,12 +15,11 @@ import { eventually } from "../support/TestApp.ts"
 const repo = resolve(import.meta.dirname, "../..")
 
 /** The shell block of the README's walk-through, as a reader would copy it. */
-export const readmeWalkThrough = (): string => {
+const readmeWalkThrough = (): string => {
   const readme = readFileSync(join(repo, "README.md"), "utf8")
   const section = readme.slice(readme.indexOf("## A merchant's first payment"))
-  const block = /```sh\n([\s\S]*?)```/.exec(section)
-  if (block === null) throw new Error("README: no sh block in the walk-through")
-  return block[1]!
+  // An empty script would pass: the test also checks what the block prints.
+  return /```sh\n([\s\S]*?)```/.exec(section)?.[1] ?? ""
 }
 
 /** Every process in `group` or descending from `root`, from ps. */
