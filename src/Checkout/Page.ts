@@ -41,7 +41,7 @@ h1{font-size:1.15rem;margin:0 0 .25rem}
 .qr{display:block;width:100%;max-width:16rem;margin:0 auto 1rem}
 .qr svg{display:block;width:100%;height:auto}
 .field{margin:0 0 .9rem}
-.field label{display:block;font-size:.8rem;color:#57606a;text-transform:uppercase;letter-spacing:.03em}
+.field .label{display:block;font-size:.8rem;color:#57606a;text-transform:uppercase;letter-spacing:.03em}
 .value{display:flex;gap:.5rem;align-items:flex-start}
 code{flex:1;font:.95rem/1.4 ui-monospace,SFMono-Regular,Menlo,monospace;word-break:break-all;background:#f4f5f7;padding:.35rem .5rem;border-radius:6px}
 button{font:inherit;font-size:.85rem;padding:.35rem .7rem;border:1px solid #d0d7de;border-radius:6px;background:#f6f8fa;cursor:pointer}
@@ -98,8 +98,8 @@ ${live ? `<noscript><meta http-equiv="refresh" content="20"></noscript>` : ""}
 ${live ? `<script>${script}</script>` : ""}</body></html>`
 
 const copyable = (id: string, label: string, value: string) => `
-<div class="field"><label for="${id}">${label}</label>
-<div class="value"><code id="${id}">${escape(value)}</code><button type="button" data-copy="${escape(value)}">Copy</button></div></div>`
+<div class="field"><span class="label" id="${id}-label">${label}</span>
+<div class="value"><code id="${id}" aria-labelledby="${id}-label">${escape(value)}</code><button type="button" data-copy="${escape(value)}" aria-label="Copy ${label}">Copy</button></div></div>`
 
 export const checkoutPage = (view: CheckoutView, uri: string, qrSvg: string, statePath: string): string => {
   const amount = formatSmallest(view.amountSmallest, view.asset.decimals)
