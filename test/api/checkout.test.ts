@@ -100,6 +100,13 @@ layer(
       expect(yield* text(page, "#amount")).toBe(`${payment.amount_native} ETH`)
       expect(yield* text(page, "#address")).toBe(SHOP)
       expect(yield* attribute(page, "#state", "data-state")).toBe("waiting")
+      // The copy button puts the exact amount on the clipboard.
+      yield* Effect.promise(() =>
+        chromium.defaultBrowserContext().overridePermissions(app.baseUrl, ["clipboard-read", "clipboard-write", "clipboard-sanitized-write"])
+      )
+      yield* Effect.promise(() => page.click("#amount-value + button"))
+      yield* Effect.promise(() => page.waitForFunction("document.querySelector('#amount-value + button').textContent === 'Copied'"))
+      expect(yield* Effect.promise(() => page.evaluate("navigator.clipboard.readText()"))).toBe(payment.amount_native)
       expect(yield* text(page, "#countdown")).toMatch(/^Expires in (59|60):\d\d$/)
       // Nothing of the merchant: no callback URL, no account.
       const html = yield* Effect.promise(() => page.content())
