@@ -168,7 +168,7 @@ const program = Effect.gen(function*() {
   const servicePort = yield* pickPort(Number(process.env.PORT ?? 8080))
   const inboxPort = yield* pickPort(Number(process.env.DEMO_INBOX_PORT ?? 8088))
   const anvilPort = yield* pickPort(Number(process.env.DEMO_CHAIN_PORT ?? 8547))
-  const base = `http://localhost:${servicePort}`
+  const base = `http://127.0.0.1:${servicePort}`
   const hook = `http://127.0.0.1:${inboxPort}/hooks/confirmd`
   const chainUrl = `http://127.0.0.1:${anvilPort}`
   const basics = { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "" }
@@ -187,6 +187,9 @@ const program = Effect.gen(function*() {
     "--import", pathToFileURL(require.resolve("tsx")).href, join(repo, "src/main.ts")
   ], {
     ...basics,
+    // Loopback only: with private callback targets allowed, the service must not be reachable
+    // from the network.
+    HOST: "127.0.0.1",
     PORT: String(servicePort),
     DATA_DIR: join(stateDir, "data"),
     CHAINS: "ethereum",

@@ -76,7 +76,7 @@ describe("npm run demo", () => {
       expect(paymentId).toBeDefined()
       const webhook = /⇐ webhook received: POST \/hooks\/confirmd\n {2}(.*)\n/.exec(output)?.[1]
       expect(JSON.parse(webhook!)).toMatchObject({ paymentId, chain: "ethereum", confirmations: 2 })
-      expect(output).toContain(`checkout page   http://localhost:${ports.PORT}/pay/${paymentId}`)
+      expect(output).toContain(`checkout page   http://127.0.0.1:${ports.PORT}/pay/${paymentId}`)
       const page = yield* Effect.promise(() => fetch(`http://127.0.0.1:${ports.PORT}/pay/${paymentId}`).then((r) => r.text()))
       expect(page).toContain("Paid. Thank you!")
       const exports = /export (B=\S+ HOOK=\S+ RPC=\S+)/.exec(output)?.[1]
