@@ -29,6 +29,7 @@ Donation chains (signup and challenges): bitcoin, ethereum, binance (= bnb).
 4. Create a payment: \`POST /payments\` with \`{"usd_amount":"25.00","chain":"ethereum","callback_url":"https://you.example/hook"}\`.
    Show the payer \`address\` and \`amount_native\`; the payer must send exactly that amount.
    \`amount_wei\` is the same amount in the smallest unit (satoshis on bitcoin).
+   Or send the payer to the hosted checkout page \`/pay/{payment_id}\` (QR code, countdown, live status).
 5. When the transfer has its confirmations (default 2), confirmd POSTs JSON to your
    \`callback_url\`: \`paymentId, userId, chain, address, txHash, blockNumber, confirmations,
    expectedAmountWei\`. Answer 2xx; other answers are retried (1 s doubling to 30 s, 6 attempts).
