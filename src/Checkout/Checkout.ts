@@ -7,7 +7,7 @@ import { Effect, Option } from "effect"
 import { Challenges } from "../Challenges/Challenges.ts"
 import { ConfirmationsRequired } from "../Matcher/Confirmations.ts"
 import { Payments } from "../Payments/Payments.ts"
-import { nativeAsset, type PaymentTarget } from "./WalletUri.ts"
+import { coinOf, type PaymentTarget } from "./WalletUri.ts"
 
 /** waiting: nothing seen yet; seen: the transfer is in a block, not yet confirmed enough. */
 export type CheckoutState = "waiting" | "seen" | "paid" | "expired"
@@ -35,7 +35,7 @@ export class Checkout extends Effect.Service<Checkout>()("confirmd/Checkout", {
         id: p.id,
         state: p.status === "PAID" ? "paid" : p.status === "EXPIRED" ? "expired" : p.txHash === null ? "waiting" : "seen",
         chain: p.chain,
-        asset: nativeAsset(p.chain),
+        coin: coinOf(p.chain, p.asset, p.tokenContract),
         address: p.address,
         amountSmallest: p.amountSmallest,
         usdAmount: p.usdAmount,
@@ -52,7 +52,7 @@ export class Checkout extends Effect.Service<Checkout>()("confirmd/Checkout", {
         id: c.id,
         state: c.status === "CONFIRMED" ? "paid" : c.status === "EXPIRED" ? "expired" : "waiting",
         chain: c.chain,
-        asset: nativeAsset(c.chain),
+        coin: coinOf(c.chain, "native", null),
         address: c.address,
         amountSmallest: c.amountSmallest,
         usdAmount: c.usdAmount,

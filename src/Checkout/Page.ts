@@ -102,7 +102,7 @@ const copyable = (id: string, label: string, value: string) => `
 <div class="value"><code id="${id}" aria-labelledby="${id}-label">${escape(value)}</code><button type="button" data-copy="${escape(value)}" aria-label="Copy ${label}">Copy</button></div></div>`
 
 export const checkoutPage = (view: CheckoutView, uri: string, qrSvg: string, statePath: string): string => {
-  const amount = formatSmallest(view.amountSmallest, view.asset.decimals)
+  const amount = formatSmallest(view.amountSmallest, view.coin.decimals)
   const network = chainLabel(view.chain)
   const live = view.state === "waiting" || view.state === "seen"
   const what = view.kind === "payment" ? "Payment" : "Donation"
@@ -110,8 +110,8 @@ export const checkoutPage = (view: CheckoutView, uri: string, qrSvg: string, sta
   const body = `
 <div class="card" id="checkout" data-expires="${expires}" data-state-path="${escape(statePath)}">
 <h1>${what} of ${escape(view.usdAmount)} USD</h1>
-<p class="sub">Send exactly this amount of ${escape(view.asset.symbol)} on ${escape(network)}${chains[view.chain].chainId === null ? "" : ` (chain id ${chains[view.chain].chainId})`}, in one transfer.</p>
-<p class="amount" id="amount">${escape(amount)} ${escape(view.asset.symbol)}</p>
+<p class="sub">Send exactly this amount of ${escape(view.coin.symbol)} on ${escape(network)}${chains[view.chain].chainId === null ? "" : ` (chain id ${chains[view.chain].chainId})`}, in one transfer.</p>
+<p class="amount" id="amount">${escape(amount)} ${escape(view.coin.symbol)}</p>
 <p class="usd">${escape(view.usdAmount)} USD</p>
 <div class="state" id="state" data-state="${view.state}" role="status" aria-live="polite">${escape(stateText(view))}</div>
 <p class="expiry"><span id="countdown">${view.state === "paid" ? "" : `Expires at ${escape(expires.replace("T", " ").slice(0, 16))} UTC`}</span></p>
@@ -119,7 +119,8 @@ export const checkoutPage = (view: CheckoutView, uri: string, qrSvg: string, sta
 <div class="qr" id="qr" role="img" aria-label="QR code of the payment request">${qrSvg}</div>
 <a class="wallet" id="wallet" href="${escape(uri)}">Open in wallet</a>
 ${copyable("address", "Address", view.address)}
-${copyable("amount-value", `Amount (${escape(view.asset.symbol)})`, amount)}
+${copyable("amount-value", `Amount (${escape(view.coin.symbol)})`, amount)}
+${view.coin.contract === null ? "" : copyable("contract", `${escape(view.coin.symbol)} token contract`, view.coin.contract)}
 </div>`
   return document(`${what} of ${view.usdAmount} USD`, body, live)
 }

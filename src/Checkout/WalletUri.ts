@@ -9,23 +9,26 @@
  * The chain id is always present so that a wallet on another network refuses instead of
  * paying there.
  */
+import { type Asset, assetDecimals } from "../Domain/Asset.ts"
 import { type ChainName, chains } from "../Domain/Chain.ts"
 import { formatSmallest } from "../Domain/Money.ts"
 
-/** What is paid: the chain's native coin, or a token contract (the one place a token plugs in). */
-export type Asset =
-  | { readonly kind: "native"; readonly symbol: string; readonly decimals: number }
-  | { readonly kind: "token"; readonly symbol: string; readonly decimals: number; readonly contract: string }
+/** What the payer sends: the chain's native coin (no contract) or a token contract. */
+export interface Coin {
+  readonly symbol: string
+  readonly decimals: number
+  readonly contract: string | null
+}
 
-export const nativeAsset = (chain: ChainName): Asset => ({
-  kind: "native",
-  symbol: chains[chain].symbol,
-  decimals: chains[chain].decimals
-})
+/** The coin of a payment's `asset` on `chain`: the one place a token plugs in. */
+export const coinOf = (chain: ChainName, asset: Asset, tokenContract: string | null): Coin =>
+  asset === "native" || tokenContract === null
+    ? { symbol: chains[chain].symbol, decimals: chains[chain].decimals, contract: null }
+    : { symbol: asset, decimals: assetDecimals(chain, asset), contract: tokenContract }
 
 export interface PaymentTarget {
   readonly chain: ChainName
-  readonly asset: Asset
+  readonly coin: Coin
   readonly address: string
   readonly amountSmallest: bigint
 }
@@ -33,9 +36,9 @@ export interface PaymentTarget {
 export const walletUri = (target: PaymentTarget): string => {
   const chainId = chains[target.chain].chainId
   if (chainId === null) {
-    return `bitcoin:${target.address}?amount=${formatSmallest(target.amountSmallest, target.asset.decimals)}`
+    return `bitcoin:${target.address}?amount=${formatSmallest(target.amountSmallest, target.coin.decimals)}`
   }
-  return target.asset.kind === "native"
+  return target.coin.contract === null
     ? `ethereum:${target.address}@${chainId}?value=${target.amountSmallest}`
-    : `ethereum:${target.asset.contract}@${chainId}/transfer?address=${target.address}&uint256=${target.amountSmallest}`
+    : `ethereum:${target.coin.contract}@${chainId}/transfer?address=${target.address}&uint256=${target.amountSmallest}`
 }

@@ -6,7 +6,7 @@
  * test-artifacts/ (git-ignored).
  */
 import { expect, layer } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Layer } from "effect"
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
@@ -14,6 +14,7 @@ import jsQRModule from "jsqr"
 import { PNG } from "pngjs"
 import puppeteer, { type Browser, type Page } from "puppeteer-core"
 import { anvil } from "../support/Chains.ts"
+import { call, deploy } from "../support/Contracts.ts"
 import { App, subscribe } from "../support/TestApp.ts"
 
 // jsqr is CommonJS whose `exports.default` is the decoder; interop may hand over either level.
@@ -197,4 +198,43 @@ layer(App.layer({ CALLBACK_ALLOW_PRIVATE_NETWORKS: "true", PAYMENT_TTL: "4" }), 
       expect(yield* text(page, "#state")).toBe("Expired: do not pay to this address any more")
       expect(yield* text(page, "#countdown")).toBe("Expired")
     }), { timeout: 60_000 })
+})
+
+class Usdc extends Effect.Tag("test/Usdc")<Usdc, string>() {}
+
+const withToken = Layer.unwrapScoped(
+  Effect.map(deploy("TestToken", ["USD Coin", "USDC", 6]), (usdc) =>
+    Layer.merge(
+      App.layer({ CALLBACK_ALLOW_PRIVATE_NETWORKS: "true", CONFIRMATIONS_REQUIRED: "2", TOKEN_ETHEREUM_USDC: usdc, TOKEN_BNB_USDT: "off" }),
+      Layer.succeed(Usdc, usdc)
+    ))
+)
+
+layer(withToken, { excludeTestServices: true })("checkout page for a token", (it) => {
+  it.scoped("shows the EIP-681 transfer URI on the token contract and follows the token payment", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const usdc = yield* Usdc
+      const key = yield* subscribe(app)
+      yield* app.request("POST", "/addresses", { key, json: { chain: "ethereum", addresses: [SHOP] } })
+      const payment = (yield* app.request("POST", "/payments", {
+        key,
+        json: { usd_amount: "12.5", chain: "ethereum", asset: "USDC", callback_url: "http://127.0.0.1:9/hook" }
+      })).body
+      expect(payment.asset).toBe("USDC")
+
+      const chromium = yield* browser
+      const { page } = yield* phonePage(chromium)
+      yield* Effect.promise(() => page.goto(`${app.baseUrl}/pay/${payment.payment_id}`))
+      const uri = `ethereum:${usdc}@1/transfer?address=${SHOP}&uint256=${payment.amount_wei}`
+      expect(yield* decodeQr(page)).toBe(uri)
+      expect(yield* attribute(page, "#wallet", "href")).toBe(uri)
+      expect(yield* text(page, "#amount")).toBe(`${payment.amount_native} USDC`)
+      expect(yield* text(page, "#contract")).toBe(usdc)
+
+      yield* call("TestToken", usdc, "transfer", [SHOP, BigInt(payment.amount_wei)])
+      yield* Effect.promise(() => page.waitForSelector("#state[data-state=seen]", { timeout: 30_000 }))
+      yield* anvil.mine(1)
+      yield* Effect.promise(() => page.waitForSelector("#state[data-state=paid]", { timeout: 30_000 }))
+    }), { timeout: 120_000 })
 })
