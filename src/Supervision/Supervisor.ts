@@ -3,7 +3,7 @@
  *
  * Whatever ends the body other than interruption (a failure, a defect such as a failed
  * ROLLBACK, or simply returning) is an incident: it is logged once (an expected failure as one
- * line with its host and reason, a defect with its stack trace: Ops/FailureLog.ts), counted
+ * line with its host and reason, a defect with its stack trace: FailureLog.ts), counted
  * in `confirmd_fiber_restarts_total{fiber,kind}`, recorded as the fiber's last error, and
  * the body starts again after a capped, jittered backoff (250 ms doubling up to
  * `RESTART_BACKOFF_MAX_MS`, default 3000 ms). Progress reported by the body resets the
@@ -14,7 +14,7 @@
  * progress (or stayed up for `STABLE_AFTER`) after its last incident.
  */
 import { Cause, Config, DateTime, Duration, Effect, Metric, Option, Predicate, Random, SubscriptionRef } from "effect"
-import { logFailure } from "../Ops/FailureLog.ts"
+import { logFailure } from "./FailureLog.ts"
 
 /** Names the fiber in logs, metrics and status: `kind` groups fibers of one sort (`ingester`), `name` is unique. */
 export interface FiberId {

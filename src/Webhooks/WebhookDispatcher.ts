@@ -31,6 +31,7 @@ import { NodeHttpClient } from "@effect/platform-node"
 import { SqlClient } from "@effect/sql"
 import type { Statement } from "@effect/sql"
 import {
+  Cause,
   Chunk,
   Clock,
   Config,
@@ -55,7 +56,7 @@ import { lookup as dnsLookup } from "node:dns"
 import type { LookupAddress, LookupOptions } from "node:dns"
 import type { LookupFunction } from "node:net"
 import { hostOf, rootMessage } from "../Domain/Host.ts"
-import { logFailure } from "../Ops/FailureLog.ts"
+import { logFailure } from "../Supervision/FailureLog.ts"
 import { AllowPrivateNetworks, checkCallbackUrl, nonPublicRange } from "./CallbackUrl.ts"
 import { signatureHeaders } from "./Signing.ts"
 import { WebhookSecrets } from "./WebhookSecrets.ts"
@@ -370,7 +371,7 @@ const makeDispatcher = Effect.gen(function*() {
     }).pipe(
       Effect.scoped,
       Effect.catchAllCause((cause) =>
-        logFailure("webhook attempt ended unexpectedly", cause)
+        Cause.isInterruptedOnly(cause) ? Effect.void : logFailure("webhook attempt ended unexpectedly", cause)
       ),
       Effect.annotateLogs({ deliveryId: delivery.id }),
       Effect.ensuring(Effect.zipRight(Effect.sync(() => inFlight.delete(delivery.id)), wake))

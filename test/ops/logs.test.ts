@@ -60,9 +60,9 @@ describe("logs of upstream failures", () => {
       const find = (message: string, where: (line: LogLine) => boolean = () => true) =>
         eventually(Effect.sync(() => lines().find((line) => line.message === message && where(line))), (line) => line !== undefined, 60)
 
-      const node = yield* find("ingester failed; starting again after a backoff", (line) => line.annotations.chain === "bnb")
-      expect(node!.annotations).toMatchObject({ component: "ingester", chain: "bnb", host: `127.0.0.1:${deadNode}` })
-      expect(node!.annotations.reason).toMatch(/^getBlockNumber: .*ECONNREFUSED/)
+      const node = yield* find("ingester failed; restarting after a backoff", (line) => line.annotations.chain === "bnb")
+      expect(node!.annotations).toMatchObject({ fiber: "ingester bnb", chain: "bnb", host: `127.0.0.1:${deadNode}` })
+      expect(node!.annotations.reason).toMatch(/^eth_blockNumber: .*ECONNREFUSED/)
 
       const source = yield* find("price source failed")
       expect(source!.annotations).toMatchObject({ source: "coingecko", host: `127.0.0.1:${deadPrices}`, symbol: "ETH" })

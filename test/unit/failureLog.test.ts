@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Cause, Effect, FiberId, HashMap, Logger } from "effect"
 import { ChainUnavailable } from "../../src/Chains/Block.ts"
-import { logFailure } from "../../src/Ops/FailureLog.ts"
+import { logFailure } from "../../src/Supervision/FailureLog.ts"
 
 interface Logged {
   readonly level: string
@@ -53,8 +53,10 @@ describe("logFailure", () => {
       expect(line!.cause).toMatch(/a bug\n\s+at /)
     }))
 
-  it.effect("an interruption alone logs nothing", () =>
+  it.effect("an interruption alone is one line too", () =>
     Effect.gen(function*() {
-      expect(yield* capture(logFailure("stopped", Cause.interrupt(FiberId.none)))).toEqual([])
+      const [line, ...rest] = yield* capture(logFailure("matcher failed", Cause.interrupt(FiberId.none)))
+      expect(rest).toEqual([])
+      expect(line).toMatchObject({ level: "WARN", cause: "", annotations: { reason: "interrupted" } })
     }))
 })

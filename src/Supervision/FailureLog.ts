@@ -17,9 +17,11 @@ const fieldsOf = (error: unknown): Record<string, unknown> => {
   return { ...host, reason }
 }
 
-/** Logs `cause` under `message`; an interruption alone (a stop) is not a failure and logs nothing. */
+/** Logs `cause` under `message`; an interruption alone (of something waited on) is one line too. */
 export const logFailure = (message: string, cause: Cause.Cause<unknown>, annotations: Record<string, unknown> = {}) =>
-  Cause.isInterruptedOnly(cause) ? Effect.void : Option.match(Cause.isDie(cause) ? Option.none() : Cause.failureOption(cause), {
-    onSome: (error) => Effect.logWarning(message).pipe(Effect.annotateLogs({ ...annotations, ...fieldsOf(error) })),
-    onNone: () => Effect.logError(message, cause).pipe(Effect.annotateLogs(annotations))
-  })
+  Cause.isInterruptedOnly(cause)
+    ? Effect.logWarning(message).pipe(Effect.annotateLogs({ ...annotations, reason: "interrupted" }))
+    : Option.match(Cause.isDie(cause) ? Option.none() : Cause.failureOption(cause), {
+      onSome: (error) => Effect.logWarning(message).pipe(Effect.annotateLogs({ ...annotations, ...fieldsOf(error) })),
+      onNone: () => Effect.logError(message, cause).pipe(Effect.annotateLogs(annotations))
+    })
