@@ -4,7 +4,7 @@
  * when known and a short reason in its annotations. A defect is a bug to find: it keeps its
  * cause with stack traces.
  */
-import { Cause, Effect, Option, Predicate } from "effect"
+import { Cause, Effect, LogLevel, Option, Predicate } from "effect"
 import { rootMessage } from "../Domain/Host.ts"
 
 /** The fields an expected error contributes to its log line: `host` when known, `reason`. */
@@ -17,11 +17,20 @@ const fieldsOf = (error: unknown): Record<string, unknown> => {
   return { ...host, reason }
 }
 
-/** Logs `cause` under `message`; an interruption alone (of something waited on) is one line too. */
-export const logFailure = (message: string, cause: Cause.Cause<unknown>, annotations: Record<string, unknown> = {}) =>
+/**
+ * Logs `cause` under `message`: an expected failure at `level` (default WARN; the supervisor's
+ * incidents are ERRORs), an interruption alone (of something waited on) likewise as one line,
+ * a defect as an ERROR with its cause.
+ */
+export const logFailure = (
+  message: string,
+  cause: Cause.Cause<unknown>,
+  annotations: Record<string, unknown> = {},
+  level: LogLevel.LogLevel = LogLevel.Warning
+) =>
   Cause.isInterruptedOnly(cause)
-    ? Effect.logWarning(message).pipe(Effect.annotateLogs({ ...annotations, reason: "interrupted" }))
+    ? Effect.logWithLevel(level, message).pipe(Effect.annotateLogs({ ...annotations, reason: "interrupted" }))
     : Option.match(Cause.isDie(cause) ? Option.none() : Cause.failureOption(cause), {
-      onSome: (error) => Effect.logWarning(message).pipe(Effect.annotateLogs({ ...annotations, ...fieldsOf(error) })),
+      onSome: (error) => Effect.logWithLevel(level, message).pipe(Effect.annotateLogs({ ...annotations, ...fieldsOf(error) })),
       onNone: () => Effect.logError(message, cause).pipe(Effect.annotateLogs(annotations))
     })

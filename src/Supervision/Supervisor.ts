@@ -13,7 +13,7 @@
  * /ops/status shows; a fiber is *failing* while it backs off and until it has made
  * progress (or stayed up for `STABLE_AFTER`) after its last incident.
  */
-import { Cause, Config, DateTime, Duration, Effect, Metric, Option, Predicate, Random, SubscriptionRef } from "effect"
+import { Cause, Config, DateTime, Duration, Effect, LogLevel, Metric, Option, Predicate, Random, SubscriptionRef } from "effect"
 import { logFailure } from "./FailureLog.ts"
 
 /** Names the fiber in logs, metrics and status: `kind` groups fibers of one sort (`ingester`), `name` is unique. */
@@ -170,7 +170,7 @@ export class Supervisor extends Effect.Service<Supervisor>()("confirmd/Superviso
             yield* logFailure(`${fiber.kind} failed; restarting after a backoff`, cause, {
               restartInMs: Duration.toMillis(delay),
               consecutiveFailures: failures
-            })
+            }, LogLevel.Error)
             yield* Effect.sleep(delay)
             const restarted = yield* DateTime.now
             yield* update(fiber.name, (s) => ({ ...s, state: "running", runningSince: restarted }))

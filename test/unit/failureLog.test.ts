@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Effect, FiberId, HashMap, Logger } from "effect"
+import { Cause, Effect, FiberId, HashMap, Logger, LogLevel } from "effect"
 import { ChainUnavailable } from "../../src/Chains/Block.ts"
 import { logFailure } from "../../src/Supervision/FailureLog.ts"
 
@@ -37,6 +37,13 @@ describe("logFailure", () => {
         cause: "",
         annotations: { retryInMs: 500, host: "node.example:8545", reason: "getBlockNumber: no answer within 10s" }
       })
+    }))
+
+  it.effect("at the level asked for", () =>
+    Effect.gen(function*() {
+      const error = new ChainUnavailable({ chain: "base", message: "eth_blockNumber: HTTP 503" })
+      const [line] = yield* capture(logFailure("ingester failed", Cause.fail(error), {}, LogLevel.Error))
+      expect(line).toMatchObject({ level: "ERROR", cause: "", annotations: { reason: "eth_blockNumber: HTTP 503" } })
     }))
 
   it.effect("a wrapped failure names its root cause", () =>
