@@ -14,13 +14,17 @@ import { eventually } from "../support/TestApp.ts"
 
 const repo = resolve(import.meta.dirname, "../..")
 
-/** The shell block of the README's walk-through, as a reader would copy it. */
-const readmeWalkThrough = (): string => {
+/** The first shell block after `heading` in the README, as a reader would copy it. */
+const readmeBlock = (heading: string): string => {
   const readme = readFileSync(join(repo, "README.md"), "utf8")
-  const section = readme.slice(readme.indexOf("## A merchant's first payment"))
-  // An empty script would pass: the test also checks what the block prints.
+  const section = readme.slice(readme.indexOf(heading))
+  // An empty script would pass: the test also checks what the blocks print.
   return /```sh\n([\s\S]*?)```/.exec(section)?.[1] ?? ""
 }
+
+/** The walk-through and the webhook commands that follow it, run in one shell. */
+const readmeWalkThrough = () =>
+  `${readmeBlock("## A merchant's first payment")}\n${readmeBlock("## Webhooks: verify, inspect, replay")}`
 
 /** Every process in `group` or descending from `root`, from ps. */
 const processTree = (root: number): Array<number> => {
@@ -94,6 +98,8 @@ describe("npm run demo", () => {
       expect(walkThrough, walkThrough.stderr).toMatchObject({ code: 0 })
       expect(walkThrough.stdout).toContain("\"status\":\"PAID\"")
       expect(walkThrough.stdout).toContain("\"plan\":\"growth\"")
+      expect(walkThrough.stdout).toContain("\"asset\":\"USDC\"")
+      expect(walkThrough.stdout).toMatch(/"state":"(pending|delivered)"/)
       // The walk-through's webhook reached the demo's inbox too.
       yield* eventually(Effect.sync(() => output.split("⇐ webhook received").length - 1), (n) => n >= 2, 30)
 
