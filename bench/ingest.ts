@@ -111,6 +111,7 @@ const measure = (
     const config = Layer.setConfigProvider(ConfigProvider.fromMap(new Map([
       ["CHAINS", "ethereum"],
       ["RPC_URL_ETHEREUM", url],
+      ["CHAIN_ID_ETHEREUM", "31337"],
       ["START_BLOCK_ETHEREUM", String(first)],
       ["POLL_INTERVAL_MS", "50"],
       ["INGEST_CONCURRENCY", String(concurrency)],

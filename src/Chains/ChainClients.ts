@@ -4,8 +4,10 @@
  *
  * Configuration:
  * - `CHAINS`: comma-separated merchant chain names to enable (default: all).
- * - `RPC_URL_<CHAIN>` (e.g. `RPC_URL_ETHEREUM`, `RPC_URL_BNB`): EVM JSON-RPC endpoint,
- *   default viem's public endpoint of that chain.
+ * - `RPC_URL_<CHAIN>` (e.g. `RPC_URL_ETHEREUM`, `RPC_URL_BNB`): EVM JSON-RPC endpoints, a
+ *   comma list used with failover (see Endpoints.ts), default viem's public endpoint.
+ * - `CHAIN_ID_<CHAIN>`: the chain id every endpoint must serve, default the real network's
+ *   (a local dev chain standing in for a network sets its own).
  * - `BITCOIN_RPC_URL`: Core-style JSON-RPC endpoint (`http://user:pass@host:port/`); when
  *   unset, the Esplora REST API at `ESPLORA_URL` (default https://blockstream.info/api).
  * - `RPC_TIMEOUT_MS` (default 10000): limit for every node call.
@@ -23,6 +25,7 @@ import type { BitcoinClient } from "./BitcoinClient.ts"
 import { makeBitcoinRpc } from "./BitcoinRpc.ts"
 import { type ChainBlock, ChainUnavailable } from "./Block.ts"
 import { makeEsplora } from "./Esplora.ts"
+import { type EndpointHealth, type EndpointPool, makeEndpointPool } from "./Endpoints.ts"
 import { type EvmChainName, type EvmClient, makeEvmClient, viemChains } from "./Evm.ts"
 import { type BlockReading, tracesSettingConfig } from "./EvmBlocks.ts"
 import { chainTokensConfig } from "./Tokens.ts"
@@ -58,11 +61,27 @@ const timeoutConfig = Config.integer("RPC_TIMEOUT_MS").pipe(
   Config.map(Duration.millis)
 )
 
-const evmUrlConfig = (chain: EvmChainName) =>
-  Config.url(`RPC_URL_${chain.toUpperCase()}`).pipe(
-    Config.map((url) => url.href),
-    Config.withDefault(viemChains[chain].rpcUrls.default.http[0])
+/** `RPC_URL_<CHAIN>`: one or more http(s) URLs, comma-separated. */
+export const evmUrlsConfig = (chain: EvmChainName): Config.Config<ReadonlyArray<string>> => {
+  const name = `RPC_URL_${chain.toUpperCase()}`
+  return Config.string(name).pipe(
+    Config.mapOrFail((text) => {
+      const urls: Array<string> = []
+      for (const [position, part] of text.split(",").map((s) => s.trim()).filter((s) => s !== "").entries()) {
+        // The URL itself stays out of the message: it may hold an API key.
+        if (!URL.canParse(part) || !/^https?:$/.test(new URL(part).protocol)) {
+          return Either.left(ConfigError.InvalidData([name], `${name}: entry ${position + 1} is not an http(s) URL`))
+        }
+        urls.push(new URL(part).href)
+      }
+      return urls.length === 0 ? Either.left(ConfigError.InvalidData([name], `${name} lists no URL`)) : Either.right(urls)
+    }),
+    Config.withDefault([viemChains[chain].rpcUrls.default.http[0]])
   )
+}
+
+const chainIdConfig = (chain: EvmChainName) =>
+  Config.integer(`CHAIN_ID_${chain.toUpperCase()}`).pipe(Config.withDefault(viemChains[chain].id))
 
 /** The bitcoin client and the host it talks to. */
 const makeBitcoin = (timeout: Duration.Duration) => Effect.gen(function*() {
@@ -75,7 +94,7 @@ const makeBitcoin = (timeout: Duration.Duration) => Effect.gen(function*() {
 })
 
 export class ChainClients extends Effect.Service<ChainClients>()("confirmd/ChainClients", {
-  effect: Effect.gen(function*() {
+  scoped: Effect.gen(function*() {
     const enabledChains = yield* enabledChainsConfig
     const timeout = yield* timeoutConfig
     const bitcoinParams = yield* bitcoinParamsConfig
@@ -83,18 +102,24 @@ export class ChainClients extends Effect.Service<ChainClients>()("confirmd/Chain
 
     const evmClients = new Map<ChainName, EvmClient>()
     const hosts = new Map<ChainName, string>()
+    const pools = new Map<ChainName, EndpointPool>()
     for (const chain of enabledChains) {
       if (chain === "bitcoin") continue
-      const url = yield* evmUrlConfig(chain)
+      const urls = yield* evmUrlsConfig(chain)
+      const pool = yield* makeEndpointPool({ chainName: chain, chainId: yield* chainIdConfig(chain), urls, timeout })
+      pools.set(chain, pool)
       evmClients.set(
         chain,
-        yield* makeEvmClient(chain, url, timeout, {
+        // One call may try every endpoint in turn, after checking its chain id.
+        yield* makeEvmClient(chain, pool.transport, Duration.times(timeout, 2 * urls.length), {
           traces: yield* tracesSettingConfig(chain),
           tokens: new Set(Array.from(tokens.get(chain)?.values() ?? [], (token) => token.contract))
         })
       )
-      hosts.set(chain, hostOf(url))
+      hosts.set(chain, urls.map((url) => hostOf(url)).join(", "))
     }
+    // The start check runs beside the start: requests wait for the endpoint they need.
+    yield* Effect.forkScoped(Effect.forEach(pools.values(), (pool) => pool.checkAll, { concurrency: "unbounded" }))
     const bitcoinClient: Option.Option<BitcoinClient> = enabledChains.includes("bitcoin")
       ? Option.some(yield* Effect.map(makeBitcoin(timeout), ({ client, host }) => {
         hosts.set("bitcoin", host)
@@ -135,6 +160,11 @@ export class ChainClients extends Effect.Service<ChainClients>()("confirmd/Chain
       /** The configured deployment of a stablecoin on an enabled chain, if it has one. */
       token: (chain: ChainName, symbol: TokenSymbol): Option.Option<TokenDeployment> =>
         Option.fromNullable(tokens.get(chain)?.get(symbol)),
+      /** Health of each RPC endpoint of an enabled EVM chain, in configured order. */
+      endpoints: (chain: ChainName): Effect.Effect<ReadonlyArray<EndpointHealth>> => {
+        const pool = pools.get(chain)
+        return pool === undefined ? Effect.succeed([]) : pool.health
+      },
       /** The bitcoin client, if bitcoin is enabled. */
       bitcoin,
       /** Current block height. */

@@ -1,15 +1,6 @@
 /** EVM chains through viem public clients. */
 import { Duration, Effect } from "effect"
-import {
-  BaseError,
-  type Chain,
-  createPublicClient,
-  http,
-  HttpRequestError,
-  type HttpTransport,
-  type PublicClient,
-  RpcError
-} from "viem"
+import { BaseError, type Chain, createPublicClient, HttpRequestError, type PublicClient, RpcError, type Transport } from "viem"
 import { arbitrum, avalanche, base, bsc, linea, mainnet, optimism, polygon, zksync } from "viem/chains"
 import type { ChainName } from "../Domain/Chain.ts"
 import { type ChainBlock, ChainUnavailable } from "./Block.ts"
@@ -30,7 +21,7 @@ export const viemChains: Readonly<Record<EvmChainName, Chain>> = {
   zksync
 }
 
-export type EvmPublicClient = PublicClient<HttpTransport, Chain>
+export type EvmPublicClient = PublicClient<Transport, Chain>
 
 export interface EvmClient {
   readonly chain: EvmChainName
@@ -61,21 +52,17 @@ export interface EvmReadOptions {
   readonly tokens: ReadonlySet<string>
 }
 
+/**
+ * `transport`: the chain's endpoints (Endpoints.ts), which batch concurrent requests where
+ * the endpoint takes JSON-RPC batches; `timeout` bounds each call, failover included.
+ */
 export const makeEvmClient = (
   chain: EvmChainName,
-  url: string,
+  transport: Transport,
   timeout: Duration.Duration,
   options: EvmReadOptions
 ): Effect.Effect<EvmClient> => Effect.gen(function*() {
-  const client: EvmPublicClient = createPublicClient({
-    chain: viemChains[chain],
-    transport: http(url, { timeout: Duration.toMillis(timeout), retryCount: 1 })
-  })
-  // Per-transaction receipts, where a node lacks eth_getBlockReceipts, go out as one JSON-RPC batch.
-  const batching: EvmPublicClient = createPublicClient({
-    chain: viemChains[chain],
-    transport: http(url, { timeout: Duration.toMillis(timeout), retryCount: 1, batch: true })
-  })
+  const client: EvmPublicClient = createPublicClient({ chain: viemChains[chain], transport })
 
   const attempt = <A, E>(what: string, f: () => Promise<A>, onError: (error: unknown) => E) =>
     Effect.tryPromise({ try: f, catch: onError }).pipe(
@@ -103,7 +90,8 @@ export const makeEvmClient = (
     traces: options.traces,
     tokens: options.tokens,
     request: requestVia(client),
-    batchedRequest: requestVia(batching)
+    // Concurrent requests share a JSON-RPC batch where the endpoint takes them (Endpoints.ts).
+    batchedRequest: requestVia(client)
   })
 
   const fetchBlock = <const T extends boolean>(height: bigint, includeTransactions: T) =>

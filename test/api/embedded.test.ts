@@ -20,7 +20,7 @@ describe("embedded defaults", () => {
       yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(cwd, { recursive: true, force: true })))
       const port = yield* freePort
       const base = `http://127.0.0.1:${port}`
-      const env = { ...prices.env, PORT: String(port), CHAINS: "ethereum", RPC_URL_ETHEREUM: anvilUrl() }
+      const env = { ...prices.env, PORT: String(port), CHAINS: "ethereum", RPC_URL_ETHEREUM: anvilUrl(), CHAIN_ID_ETHEREUM: "31337" }
       const serve = startService(env, { cwd })
 
       const paymentId = yield* Effect.scoped(Effect.gen(function*() {

@@ -30,6 +30,7 @@ const engineEnv = Effect.gen(function*() {
   return {
     CHAINS: "ethereum,bitcoin",
     RPC_URL_ETHEREUM: anvil,
+    CHAIN_ID_ETHEREUM: "31337",
     BITCOIN_RPC_URL: bitcoin,
     BITCOIN_NETWORK: "regtest",
     BITCOIN_BECH32_PREFIX: "rb",
@@ -241,6 +242,7 @@ describe("ChainClients failures", () => {
       const env = {
         CHAINS: "ethereum,bitcoin",
         RPC_URL_ETHEREUM: `http://127.0.0.1:${port}/`,
+        CHAIN_ID_ETHEREUM: "31337",
         BITCOIN_RPC_URL: `http://u:p@127.0.0.1:${port}/`
       }
       yield* Effect.gen(function*() {

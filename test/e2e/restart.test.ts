@@ -39,6 +39,7 @@ describe("crash and restart", () => {
         MATCHER_GROUP_ID: `confirmd-matcher-${prefix}`,
         CHAINS: "ethereum",
         RPC_URL_ETHEREUM: anvilUrl(),
+        CHAIN_ID_ETHEREUM: "31337",
         POLL_INTERVAL_MS: "100",
         CALLBACK_ALLOW_PRIVATE_NETWORKS: "true"
       }

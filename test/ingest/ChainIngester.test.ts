@@ -41,6 +41,7 @@ const blockHashAt = (url: string, height: bigint) =>
 const env = (databaseUrl: string, url: string, extra: Record<string, string> = {}) => ({
   CHAINS: "ethereum",
   RPC_URL_ETHEREUM: url,
+  CHAIN_ID_ETHEREUM: "31337",
   DATABASE_URL: databaseUrl,
   POLL_INTERVAL_MS: "100",
   RPC_TIMEOUT_MS: "2000",

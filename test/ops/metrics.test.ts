@@ -32,6 +32,7 @@ describe("operations endpoints", () => {
         MATCHER_GROUP_ID: group,
         CHAINS: "ethereum",
         RPC_URL_ETHEREUM: anvil.url,
+        CHAIN_ID_ETHEREUM: "31337",
         START_BLOCK_ETHEREUM: "0",
         POLL_INTERVAL_MS: "200",
         OPS_TOKEN: TOKEN

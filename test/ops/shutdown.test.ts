@@ -34,6 +34,7 @@ describe("graceful shutdown", () => {
         MATCHER_GROUP_ID: `confirmd-matcher-${prefix}`,
         CHAINS: "ethereum",
         RPC_URL_ETHEREUM: anvil.url,
+        CHAIN_ID_ETHEREUM: "31337",
         START_BLOCK_ETHEREUM: "0",
         POLL_INTERVAL_MS: "200",
         CONFIRMATIONS_REQUIRED: "2",

@@ -30,6 +30,7 @@ describe("one ingester per chain across replicas", () => {
         KAFKA_TOPIC_PREFIX: prefix,
         CHAINS: "ethereum",
         RPC_URL_ETHEREUM: anvil.url,
+        CHAIN_ID_ETHEREUM: "31337",
         START_BLOCK_ETHEREUM: "0",
         POLL_INTERVAL_MS: "200",
         PRICE_FIXED_USD: "ETH=3000",

@@ -1,0 +1,169 @@
+// Several RPC endpoints per chain against real nodes: the test run's anvil, a second anvil
+// serving another chain id, and a real HTTP JSON-RPC proxy in front of anvil that answers
+// 429 the way a rate-limited public endpoint does.
+import { describe, expect, it } from "@effect/vitest"
+import { Config, ConfigProvider, Effect, Option, Schedule, Schema } from "effect"
+import { createServer, type IncomingMessage } from "node:http"
+import { ChainClients, ChainUnavailable } from "../../src/Chains/ChainClients.ts"
+import { endpointLabel, rateLimit, retryAfterMs } from "../../src/Chains/Endpoints.ts"
+import { spawnAnvil } from "../ingest/harness.ts"
+import { freePort } from "../support/Service.ts"
+
+const withClients = (env: Record<string, string>) =>
+  <A, E>(self: Effect.Effect<A, E, ChainClients>) =>
+    self.pipe(
+      Effect.provide(ChainClients.Default),
+      Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
+    )
+
+const eventually = <A, E, R>(check: Effect.Effect<A, E, R>) =>
+  Effect.retry(check, Schedule.spaced("50 millis").pipe(Schedule.upTo("20 seconds")))
+
+const bodyOf = (request: IncomingMessage) =>
+  new Promise<string>((resolve) => {
+    const chunks: Array<Buffer> = []
+    request.on("data", (chunk: Buffer) => chunks.push(chunk))
+    request.on("end", () => resolve(Buffer.concat(chunks).toString()))
+  })
+
+/**
+ * A JSON-RPC proxy in front of `target` that passes `eth_chainId` through and answers every
+ * other request with HTTP 429 and `Retry-After: <retryAfterSeconds>`; counts the 429s.
+ */
+const rateLimitingProxy = (target: string, retryAfterSeconds: number) =>
+  Effect.acquireRelease(
+    Effect.async<{ readonly url: string; readonly limited: () => number; readonly close: () => void }>((resume) => {
+      let limited = 0
+      const server = createServer((request, response) => {
+        void bodyOf(request).then(async (body) => {
+          const calls = [JSON.parse(body)].flat() as Array<{ method: string }>
+          if (calls.every((call) => call.method === "eth_chainId")) {
+            const answer = await fetch(target, { method: "POST", headers: { "content-type": "application/json" }, body })
+            response.writeHead(answer.status, { "content-type": "application/json" }).end(await answer.text())
+            return
+          }
+          limited += 1
+          response.writeHead(429, { "content-type": "text/plain", "retry-after": String(retryAfterSeconds) })
+            .end("Too Many Requests")
+        })
+      })
+      server.listen(0, "127.0.0.1", () => {
+        const address = server.address()
+        const port = typeof address === "object" && address !== null ? address.port : 0
+        resume(Effect.succeed({ url: `http://127.0.0.1:${port}/`, limited: () => limited, close: () => server.close() }))
+      })
+    }),
+    (proxy) => Effect.sync(proxy.close)
+  )
+
+const anvilEnv = Effect.map(Config.string("ANVIL_URL"), (anvil) => ({ anvil }))
+
+describe("several endpoints per chain", () => {
+  it.live("an endpoint answering 429 is backed off for its Retry-After while the other one answers", () =>
+    Effect.gen(function*() {
+      const { anvil } = yield* anvilEnv
+      const proxy = yield* rateLimitingProxy(anvil, 2)
+      const env = { CHAINS: "ethereum", CHAIN_ID_ETHEREUM: "31337", RPC_URL_ETHEREUM: `${proxy.url},${anvil}` }
+      yield* Effect.gen(function*() {
+        const clients = yield* ChainClients
+        // Both pass the chain-id check; the proxy is listed (and so ranked) first.
+        yield* eventually(Effect.flatMap(clients.endpoints("ethereum"), (health) =>
+          health.every((h) => h.state === "ready") ? Effect.void : Effect.fail("not checked yet")))
+        const limitedAt = Date.now()
+        for (let i = 0; i < 5; i++) yield* clients.head("ethereum")
+        // The first call met the 429 and went on to anvil; the next ones left the proxy alone.
+        expect(proxy.limited()).toBe(1)
+        const [proxied, direct] = yield* clients.endpoints("ethereum")
+        expect(proxied?.rateLimitedUntil).toBeGreaterThanOrEqual(limitedAt + 2_000)
+        expect(direct?.consecutiveFailures).toBe(0)
+        // Once Retry-After has passed, the proxy is asked again.
+        yield* eventually(Effect.flatMap(clients.head("ethereum"), () =>
+          proxy.limited() === 2 ? Effect.void : Effect.fail("not asked again yet")))
+        expect(Date.now() - limitedAt).toBeGreaterThanOrEqual(2_000)
+      }).pipe(withClients(env))
+    }).pipe(Effect.scoped))
+
+  it.live("when every endpoint is rate-limited the call fails saying so", () =>
+    Effect.gen(function*() {
+      const { anvil } = yield* anvilEnv
+      const proxy = yield* rateLimitingProxy(anvil, 60)
+      const env = { CHAINS: "ethereum", CHAIN_ID_ETHEREUM: "31337", RPC_URL_ETHEREUM: proxy.url }
+      yield* Effect.gen(function*() {
+        const clients = yield* ChainClients
+        const first = yield* Effect.flip(clients.head("ethereum"))
+        expect(first.message).toMatch(/429|Too Many Requests/i)
+        const second = yield* Effect.flip(clients.head("ethereum"))
+        expect(second).toBeInstanceOf(ChainUnavailable)
+        expect(second.message).toMatch(/every RPC endpoint of ethereum is rate-limited; the first is free again in (59|60) s/)
+        expect(proxy.limited()).toBe(1)
+      }).pipe(withClients(env))
+    }).pipe(Effect.scoped))
+
+  it.live("an endpoint serving another chain id is refused at start; all refused fails the chain clearly", () =>
+    Effect.gen(function*() {
+      const { anvil } = yield* anvilEnv
+      const wrong = yield* spawnAnvil(yield* freePort, ["--chain-id", "999"])
+      const env = { CHAINS: "ethereum", CHAIN_ID_ETHEREUM: "31337", RPC_URL_ETHEREUM: `${wrong.url},${anvil}` }
+      yield* Effect.gen(function*() {
+        const clients = yield* ChainClients
+        // Refused by the start check, before any request of ours.
+        const health = yield* eventually(Effect.flatMap(clients.endpoints("ethereum"), (health) =>
+          health.every((h) => h.state !== "unchecked") ? Effect.succeed(health) : Effect.fail("not checked yet")))
+        expect(health.map((h) => [h.label, h.state, Option.getOrNull(h.refusal)])).toEqual([
+          [endpointLabel(wrong.url), "refused", "chain id 999, expected 31337"],
+          [endpointLabel(anvil), "ready", null]
+        ])
+        // The chain carries on on the right endpoint only.
+        const head = yield* clients.head("ethereum")
+        expect(head).toBeGreaterThanOrEqual(0n)
+        expect((yield* clients.endpoints("ethereum"))[0]?.requests).toBe(0)
+      }).pipe(withClients(env))
+
+      const onlyWrong = { CHAINS: "ethereum", CHAIN_ID_ETHEREUM: "31337", RPC_URL_ETHEREUM: wrong.url }
+      yield* Effect.gen(function*() {
+        const clients = yield* ChainClients
+        const error = yield* Effect.flip(clients.head("ethereum"))
+        expect(error).toBeInstanceOf(ChainUnavailable)
+        expect(error.message).toMatch(/every RPC endpoint of ethereum was refused: 127\.0\.0\.1:\d+: chain id 999, expected 31337/)
+      }).pipe(withClients(onlyWrong))
+    }).pipe(Effect.scoped))
+
+  it.live("a node answering JSON-RPC batches gets batching", () =>
+    Effect.gen(function*() {
+      const { anvil } = yield* anvilEnv
+      yield* Effect.gen(function*() {
+        const clients = yield* ChainClients
+        yield* clients.head("ethereum")
+        expect((yield* clients.endpoints("ethereum")).map((h) => h.batching)).toEqual([true])
+        // Blocks fetched at once share batches and still come back in order.
+        const head = yield* clients.head("ethereum")
+        const heights = [0n, 1n, 2n, 3n].map((n) => n <= head ? n : head)
+        const blocks = yield* Effect.forEach(heights, (h) => clients.block("ethereum", h), { concurrency: "unbounded" })
+        expect(blocks.map((b) => b.number)).toEqual(heights)
+      }).pipe(withClients({ CHAINS: "ethereum", CHAIN_ID_ETHEREUM: "31337", RPC_URL_ETHEREUM: anvil }))
+    }))
+})
+
+describe("rate-limit answers", () => {
+  const now = Date.parse("2026-11-23T12:00:00Z")
+
+  it("Retry-After in seconds or as an HTTP date, capped at ten minutes", () => {
+    expect(retryAfterMs("3", now)).toEqual(Option.some(3_000))
+    expect(retryAfterMs("Mon, 23 Nov 2026 12:00:05 GMT", now)).toEqual(Option.some(5_000))
+    expect(retryAfterMs("99999", now)).toEqual(Option.some(600_000))
+    expect(retryAfterMs(null, now)).toEqual(Option.none())
+    expect(retryAfterMs("soon", now)).toEqual(Option.none())
+  })
+
+  it.prop("any whole number of seconds waits that long, at most ten minutes", [Schema.NonNegativeInt], ([seconds]) => {
+    expect(retryAfterMs(String(seconds), now)).toEqual(Option.some(Math.min(600_000, seconds * 1000)))
+  })
+
+  it("JSON-RPC limit codes and messages are rate limits; other errors are not", () => {
+    const coded = (code: number, message: string) => Object.assign(new Error(message), { code })
+    expect(rateLimit(coded(-32005, "limit exceeded"), now)).toEqual(Option.some(Option.none()))
+    expect(rateLimit(coded(429, "slow down"), now)).toEqual(Option.some(Option.none()))
+    expect(Option.isSome(rateLimit(new Error("daily request limit reached"), now))).toBe(true)
+    expect(rateLimit(coded(-32000, "header not found"), now)).toEqual(Option.none())
+  })
+})
