@@ -80,7 +80,8 @@ export const evmUrlsConfig = (chain: EvmChainName): Config.Config<ReadonlyArray<
   )
 }
 
-const chainIdConfig = (chain: EvmChainName) =>
+/** `CHAIN_ID_<CHAIN>`: the chain id every endpoint of the chain must serve. */
+export const chainIdConfig = (chain: EvmChainName): Config.Config<number> =>
   Config.integer(`CHAIN_ID_${chain.toUpperCase()}`).pipe(Config.withDefault(viemChains[chain].id))
 
 /** The bitcoin client and the host it talks to. */

@@ -29,9 +29,14 @@
  * - `POLL_INTERVAL_MS_<CHAIN>`, else `POLL_INTERVAL_MS`, else half the chain's block time
  *   clamped to 250 ms .. 10 s: the wait between polls once caught up.
  * - `START_BLOCK_<CHAIN>`: where a chain without a cursor starts (default: the node's head).
+ * - `WS_URL_<CHAIN>` (EVM chains): a WebSocket endpoint whose `newHeads` subscription wakes
+ *   the ingester at once (NewHeads.ts); polling at the interval above goes on while it is
+ *   down. While it is live, the ingester polls only every `SUBSCRIBED_POLL_INTERVAL_MS`
+ *   (30000), in case a notification is lost.
  */
+import { NodeSocket } from "@effect/platform-node"
 import { Config, ConfigError, Duration, Effect, Either, Layer, Option, Stream } from "effect"
-import { type ChainBlock, ChainClients } from "../Chains/ChainClients.ts"
+import { type ChainBlock, chainIdConfig, ChainClients } from "../Chains/ChainClients.ts"
 import { type ChainName, chains } from "../Domain/Chain.ts"
 import { EventLog } from "../EventLog/EventLog.ts"
 import { ChainLocks } from "./ChainLocks.ts"
@@ -39,12 +44,16 @@ import { blockRecords, type BlockRef, blocksTopic, outgoing, type ReorgRecord } 
 import { IngestCursors, type Tip } from "./Cursor.ts"
 import { IngesterRegistry } from "./IngesterRegistry.ts"
 import { Supervisor } from "../Supervision/Supervisor.ts"
+import { subscribeNewHeads } from "./NewHeads.ts"
 
 export interface IngestSettings {
   readonly concurrency: number
   readonly reorgDepth: number
   readonly pollInterval: Duration.Duration
   readonly startBlock: Option.Option<bigint>
+  /** `WS_URL_<CHAIN>` and the chain id it must serve. */
+  readonly newHeads: Option.Option<{ readonly url: string; readonly chainId: number }>
+  readonly subscribedPollInterval: Duration.Duration
 }
 
 const atLeastOne = (name: string) =>
@@ -71,7 +80,15 @@ export const ingestSettingsConfig = (chain: ChainName): Config.Config<IngestSett
         /^\d+$/.test(text.trim())
           ? Either.right(BigInt(text.trim()))
           : Either.left(ConfigError.InvalidData([startName], `${startName} must be a block height`)))
-    ))
+    )),
+    newHeads: chain === "bitcoin" ? Config.succeed(Option.none()) : Config.option(Config.all({
+      url: Config.url(`WS_URL_${upper}`).pipe(
+        Config.validate({ message: `WS_URL_${upper} must be a ws:// or wss:// URL`, validation: (url) => /^wss?:$/.test(url.protocol) }),
+        Config.map((url) => url.href)
+      ),
+      chainId: chainIdConfig(chain)
+    })),
+    subscribedPollInterval: atLeastOne("SUBSCRIBED_POLL_INTERVAL_MS").pipe(Config.withDefault(30_000), Config.map(Duration.millis))
   })
 }
 
@@ -85,6 +102,30 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
     const topic = blocksTopic(eventLog, chain)
     const batch = BigInt(settings.concurrency * 16)
     const supervisor = yield* Supervisor
+    // The subscription outlives failed attempts: it is the node's, not the attempt's.
+    const heads = yield* Effect.transposeMapOption(settings.newHeads, ({ chainId, url }) =>
+      subscribeNewHeads({
+        chain,
+        url,
+        chainId,
+        openTimeout: Duration.seconds(10),
+        onState: (headSource) => registry.update(chain, (s) => ({ ...s, headSource }))
+      }))
+
+    /**
+     * Until the next block: the next announced head, or the poll interval. Polling is slow
+     * only while the subscription is live and the HTTP node has what it announced.
+     */
+    const awaitHead = (head: bigint) =>
+      Option.match(heads, {
+        onNone: () => Effect.sleep(settings.pollInterval),
+        onSome: (feed) =>
+          Effect.gen(function*() {
+            const live = yield* feed.live
+            const announcedAhead = Option.exists(yield* feed.latest, (announced) => announced > head)
+            yield* feed.next(live && !announcedAhead ? settings.subscribedPollInterval : settings.pollInterval)
+          })
+      })
 
     /** One run from the stored cursor; fails on the first error. */
     const attempt = (progressed: Effect.Effect<void>) => Effect.gen(function*() {
@@ -188,7 +229,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
               )
             }
           }
-          yield* Effect.sleep(settings.pollInterval)
+          yield* awaitHead(head)
         })
 
       while (true) {
@@ -213,10 +254,9 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
       onIncident: (error) =>
         registry.update(chain, (s) => ({ ...s, state: "backing-off", lastError: error, restarts: s.restarts + 1 }))
     }).pipe(
-      Effect.ensuring(registry.update(chain, (s) => ({ ...s, state: "stopped" }))),
-      Effect.annotateLogs({ component: "ingester", chain })
+      Effect.ensuring(registry.update(chain, (s) => ({ ...s, state: "stopped" })))
     )
-  })
+  }).pipe(Effect.scoped, Effect.annotateLogs({ component: "ingester", chain }))
 
 /**
  * Runs one supervised ingester per enabled chain whose lock this replica holds (every chain
@@ -237,4 +277,4 @@ export const IngestersLive = Layer.scopedDiscard(
       return chainSettings === undefined ? Effect.void : runIngester(chain, chainSettings)
     }))
   })
-).pipe(Layer.provide([IngestCursors.Default, ChainLocks.Default]))
+).pipe(Layer.provide([IngestCursors.Default, ChainLocks.Default, NodeSocket.layerWebSocketConstructor]))

@@ -8,6 +8,7 @@ import { DateTime, Effect, SubscriptionRef } from "effect"
 import type { BlockReading } from "../Chains/EvmBlocks.ts"
 import type { ChainName } from "../Domain/Chain.ts"
 import type { BlockRef } from "./BlockMessage.ts"
+import type { HeadSource } from "./NewHeads.ts"
 
 export type IngesterState = "starting" | "running" | "backing-off" | "stopped"
 
@@ -29,6 +30,8 @@ export interface IngesterStatus {
   readonly reorgs: number
   /** How an EVM chain's blocks are read (receipts, traces); null on bitcoin and until probed. */
   readonly reading: BlockReading | null
+  /** How new blocks are learnt of now: a live new-heads subscription, or polling. */
+  readonly headSource: HeadSource
   readonly updatedAt: DateTime.Utc
 }
 
@@ -45,6 +48,7 @@ const initial = (chain: ChainName, now: DateTime.Utc): IngesterStatus => ({
   restarts: 0,
   reorgs: 0,
   reading: null,
+  headSource: "polling",
   updatedAt: now
 })
 
