@@ -120,18 +120,32 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
         `Monthly event limit of ${plan.monthlyEventLimit} reached for plan ${plan.name}; it resets at ${current.period_end.toISOString()}`
       )
 
+    /** Each plan's monthly event limit, as SQL (the names and numbers are the plan table's). */
+    const eventLimit = sql.literal(
+      `CASE plan ${planTable.map((p) => `WHEN '${p.name}' THEN ${p.monthlyEventLimit}`).join(" ")} ELSE 0 END`
+    )
+
     /**
-     * Takes one event of the monthly allowance, atomically: concurrent callers can never take
-     * more than the limit. Run inside the payment's transaction so a failed creation returns it.
+     * Takes one event of the monthly allowance in one statement, rolling an ended billing
+     * period forward first: concurrent callers can never take more than the limit. Run
+     * inside the payment's transaction (last, so the row lock is short) so a failed creation
+     * returns it. Only a refusal reads the subscription again, to say why.
      */
     const consumeEvent = (accountId: string) =>
       Effect.gen(function*() {
-        const { plan, subscription } = yield* requireActive(accountId)
         const taken = yield* sql`
-          UPDATE subscriptions SET events_used = events_used + 1, updated_at = now()
-          WHERE account_id = ${accountId} AND status = 'active' AND events_used < ${plan.monthlyEventLimit}
+          UPDATE subscriptions SET
+            events_used = CASE WHEN period_end <= now() THEN 1 ELSE events_used + 1 END,
+            period_start = CASE WHEN period_end <= now()
+              THEN ${rolledPeriodEnd(sql)} - make_interval(days => ${BILLING_PERIOD_DAYS}) ELSE period_start END,
+            period_end = CASE WHEN period_end <= now() THEN ${rolledPeriodEnd(sql)} ELSE period_end END,
+            updated_at = now()
+          WHERE account_id = ${accountId} AND status = 'active'
+            AND (CASE WHEN period_end <= now() THEN 0 ELSE events_used END) < ${eventLimit}
           RETURNING events_used`.pipe(Effect.orDie)
-        if (taken.length === 0) return yield* limitReached(plan, subscription)
+        if (taken.length > 0) return
+        const { plan, subscription } = yield* requireActive(accountId)
+        return yield* limitReached(plan, subscription)
       })
 
     /**

@@ -4,7 +4,7 @@
  * how often it failed or saw a reorg. A chain whose lock another replica holds has no entry
  * here (or a "stopped" one, after this replica lost it).
  */
-import { DateTime, Effect, SubscriptionRef } from "effect"
+import { DateTime, Duration, Effect, Option, SubscriptionRef } from "effect"
 import type { BlockReading } from "../Chains/EvmBlocks.ts"
 import type { ChainName } from "../Domain/Chain.ts"
 import type { BlockRef } from "./BlockMessage.ts"
@@ -67,6 +67,15 @@ export class IngesterRegistry extends Effect.Service<IngesterRegistry>()("confir
         Effect.flatMap(DateTime.now, (now) =>
           SubscriptionRef.update(ref, (statuses) =>
             new Map(statuses).set(chain, { ...f(statuses.get(chain) ?? initial(chain, now)), updatedAt: now }))),
+      /** The node head a running ingester of this replica saw within `maxAge`. */
+      recentHead: (chain: ChainName, maxAge: Duration.Duration): Effect.Effect<Option.Option<bigint>> =>
+        Effect.zipWith(SubscriptionRef.get(ref), DateTime.now, (statuses, now) => {
+          const status = statuses.get(chain)
+          return status !== undefined && status.state === "running" && status.head !== null &&
+              DateTime.distance(status.updatedAt, now) <= Duration.toMillis(maxAge)
+            ? Option.some(status.head)
+            : Option.none()
+        }),
       /**
        * A poll saw the node at `head` while `next` is the next height to publish: running,
        * and behind since the first such poll (or caught up).

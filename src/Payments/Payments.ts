@@ -6,7 +6,7 @@ import { Addresses, isChainName, unsupportedChain } from "../Addresses/Addresses
 import { ChainClients } from "../Chains/ChainClients.ts"
 import type { ChainName } from "../Domain/Chain.ts"
 import { formatSmallest } from "../Domain/Money.ts"
-import { badRequest, conflict, notFound } from "../Http/Errors.ts"
+import { type BadRequest, badRequest, conflict, type Forbidden, notFound, type TooManyRequests } from "../Http/Errors.ts"
 import { isUuid } from "../Http/Ids.ts"
 import { effectiveStatus, Lifetimes } from "../Watches/Lifetimes.ts"
 import { native, type WatchAsset, Watches } from "../Watches/Watches.ts"
@@ -117,14 +117,9 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
         const watchAsset = yield* resolveAsset(chain, asset)
         const tokenContract = watchAsset._tag === "token" ? watchAsset.token.contract : null
         yield* checkCallbackUrl(input.callback_url).pipe(Effect.mapError((e) => badRequest(e.message)))
-        yield* accounts.requireActive(accountId)
-        if (!(yield* addresses.hasAny(accountId, chain))) {
-          return yield* badRequest(
-            `No addresses registered for chain '${chain}'`,
-            "Register one with POST /addresses first"
-          )
-        }
-        const opened = yield* watches.create({
+        // Five statements in one transaction: the address, the watch, the payment, then the
+        // allowance (the account's row lock, held only until the commit).
+        const opened = yield* watches.create<null, BadRequest | Forbidden | TooManyRequests, never>({
           kind: "payment",
           chain,
           asset: watchAsset,
@@ -132,9 +127,10 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
           lifetime: lifetimes.payment,
           prepare: () =>
             Effect.gen(function*() {
-              yield* accounts.consumeEvent(accountId)
               const address = yield* addresses.allocate(accountId, chain)
-              if (address === undefined) return yield* badRequest(`No addresses registered for chain '${chain}'`)
+              if (address === undefined) {
+                return yield* badRequest(`No addresses registered for chain '${chain}'`, "Register one with POST /addresses first")
+              }
               return { address, prepared: null }
             }),
           insert: ({ address, amount, expiresAt, id, startBlock, usdText }) =>
@@ -142,7 +138,9 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
               INSERT INTO payments (id, account_id, chain, address, asset, token_contract, amount_smallest, usd_amount,
                                     callback_url, status, start_block, expires_at)
               VALUES (${id}, ${accountId}, ${chain}, ${address}, ${asset}, ${tokenContract}, ${amount.toString()}::numeric,
-                      ${usdText}::numeric, ${input.callback_url}, 'PENDING', ${String(startBlock)}::bigint, ${expiresAt})`
+                      ${usdText}::numeric, ${input.callback_url}, 'PENDING', ${String(startBlock)}::bigint, ${expiresAt})`.pipe(
+              Effect.zipRight(accounts.consumeEvent(accountId))
+            )
         })
         return new CreatePaymentOut({
           payment_id: opened.id,

@@ -8,16 +8,20 @@
  * and chain head, before any transaction), then in one transaction the caller's preparation
  * (an event consumed, an address allocated, an account created), the watch at its unique
  * amount and the caller's row; then the amounts and times formatted once for every response.
+ *
+ * The chain head a watch starts after is the one this replica's ingester saw last, when it is
+ * recent; otherwise the node is asked.
  */
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
-import { Duration, Effect } from "effect"
+import { Duration, Effect, Option } from "effect"
 import type { BigDecimal } from "effect"
 import { nativeAsset } from "../Chains/Block.ts"
 import { type ChainName, chains } from "../Domain/Chain.ts"
 import type { TokenDeployment } from "../Domain/Asset.ts"
 import { formatDecimal, formatSmallest, usdToSmallest } from "../Domain/Money.ts"
 import { ChainClients } from "../Chains/ChainClients.ts"
+import { IngesterRegistry } from "../Ingest/IngesterRegistry.ts"
 import { PriceOracle, type PriceUnavailable } from "../Price/PriceOracle.ts"
 import { toUpstream } from "../Http/Upstream.ts"
 import { randomUUID } from "node:crypto"
@@ -34,16 +38,6 @@ export interface NewWatch {
   readonly amount: bigint
   readonly startBlock: bigint | null
   readonly expiresAt: Date
-}
-
-/** How many candidate amounts one look-up considers before looking again. */
-const WINDOW = 64n
-
-export const firstFree = (requested: bigint, taken: ReadonlyArray<bigint>): bigint => {
-  const used = new Set(taken)
-  let candidate = requested
-  while (used.has(candidate)) candidate += 1n
-  return candidate
 }
 
 /** What pays a watch: the chain's native coin, or one token contract. */
@@ -92,45 +86,56 @@ export class Watches extends Effect.Service<Watches>()("confirmd/Watches", {
     const sql = yield* SqlClient.SqlClient
     const prices = yield* PriceOracle
     const chainClients = yield* ChainClients
+    const ingesters = yield* IngesterRegistry
+
+    /**
+     * The head a new watch starts after: the ingester's, seen within three block times (at
+     * least 5 s), else the node's. Never ahead of the node, so no later block is skipped.
+     */
+    const head = (chain: ChainName) =>
+      Effect.flatMap(
+        ingesters.recentHead(chain, Duration.millis(Math.max(5_000, 3 * chains[chain].blockTimeMs))),
+        Option.match({ onNone: () => chainClients.head(chain), onSome: Effect.succeed })
+      )
 
     /**
      * The exact smallest-unit amount for `usd` on `chain` and the chain head now (null when the
-     * chain is not monitored here); both network calls run before any transaction is opened.
+     * chain is not monitored here); both run before any transaction is opened.
      */
     const quote = (chain: ChainName, asset: WatchAsset, usd: BigDecimal.BigDecimal) =>
       Effect.all({
         price: asset._tag === "native"
           ? prices.usdPrice(chains[chain].symbol)
           : Effect.succeed<BigDecimal.BigDecimal>(asset.token.usdPrice) as Effect.Effect<BigDecimal.BigDecimal, PriceUnavailable>,
-        head: chainClients.isEnabled(chain) ? chainClients.head(chain) : Effect.succeed(null)
+        head: chainClients.isEnabled(chain) ? head(chain) : Effect.succeed(null)
       }, { concurrency: "unbounded" }).pipe(
         Effect.map(({ head, price }) => ({ amount: usdToSmallest(usd, price, decimalsOf(chain, asset)), head }))
       )
 
-    /** Inserts the watch at the first free amount ≥ the requested one; returns that amount. */
+    /**
+     * Inserts the watch at the first free amount ≥ the requested one, found in the same
+     * statement by walking up the taken amounts on the address; returns that amount.
+     */
     const open = (watch: NewWatch): Effect.Effect<bigint, SqlError> =>
       Effect.gen(function*() {
-        let from = watch.amount
         for (;;) {
-          const taken = yield* sql<{ amount: string }>`
-            SELECT amount_smallest::text AS amount FROM watches
-            WHERE open AND chain = ${watch.chain} AND asset = ${watch.asset} AND address = ${watch.address}
-              AND amount_smallest >= ${from.toString()}::numeric
-              AND amount_smallest < ${(from + WINDOW).toString()}::numeric`
-          const candidate = firstFree(from, taken.map((row) => BigInt(row.amount)))
-          if (candidate >= from + WINDOW) {
-            from = candidate
-            continue
-          }
-          const inserted = yield* sql`
+          const inserted = yield* sql<{ amount: string }>`
+            WITH RECURSIVE walk (amount) AS (
+              SELECT ${watch.amount.toString()}::numeric
+              UNION ALL
+              SELECT amount + 1 FROM walk WHERE EXISTS (
+                SELECT 1 FROM watches w
+                WHERE w.open AND w.chain = ${watch.chain} AND w.asset = ${watch.asset} AND w.address = ${watch.address}
+                  AND w.amount_smallest = walk.amount)
+            )
             INSERT INTO watches (id, kind, chain, address, asset, amount_smallest, start_block, expires_at)
-            VALUES (${watch.id}, ${watch.kind}, ${watch.chain}, ${watch.address}, ${watch.asset}, ${candidate.toString()}::numeric,
-                    ${watch.startBlock === null ? null : watch.startBlock.toString()}::bigint, ${watch.expiresAt})
+            SELECT ${watch.id}, ${watch.kind}, ${watch.chain}, ${watch.address}, ${watch.asset}, max(amount),
+                   ${watch.startBlock === null ? null : watch.startBlock.toString()}::bigint, ${watch.expiresAt}
+            FROM walk
             ON CONFLICT (chain, asset, address, amount_smallest) WHERE open DO NOTHING
-            RETURNING id`
-          // Lost a race for that amount to a concurrent creation: look again from there.
-          if (inserted.length > 0) return candidate
-          from = candidate
+            RETURNING amount_smallest::text AS amount`
+          // Otherwise a concurrent creation took that amount first; it is visible to the next walk.
+          if (inserted[0] !== undefined) return BigInt(inserted[0].amount)
         }
       })
 
