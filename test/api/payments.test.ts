@@ -1,5 +1,7 @@
+import { Reactivity } from "@effect/experimental"
+import { PgClient } from "@effect/sql-pg"
 import { expect, layer } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Redacted } from "effect"
 import { App, eventually, subscribe } from "../support/TestApp.ts"
 
 const ETH_A = "0x1111111111111111111111111111111111111111"
@@ -222,6 +224,28 @@ layer(App.layer({ STARTER_MIN_DONATION_USD: "5" }), { excludeTestServices: true 
       expect(account.body.events_used).toBe(100)
       expect((yield* app.request("GET", "/payments", { key })).body).toHaveLength(100)
     }))
+})
+
+layer(App.layer(), { excludeTestServices: true })("billing period", (it) => {
+  it.effect("a payment after the period ended starts the next period with its allowance", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const key = yield* merchantWith([ETH_A])
+      const db = yield* PgClient.make({ url: Redacted.make(app.databaseUrl), maxConnections: 1 }).pipe(
+        Effect.provide(Reactivity.layer),
+        Effect.orDie
+      )
+      // The only account of this database: its growth allowance used up in a period that ended.
+      yield* db`UPDATE subscriptions SET events_used = 10000, period_start = now() - interval '40 days',
+                period_end = now() - interval '10 days'`.pipe(Effect.orDie)
+      const create = app.request("POST", "/payments", { key, json: { usd_amount: "5", chain: "ethereum", callback_url: hook } })
+      expect((yield* create).status).toBe(200)
+      const account = (yield* app.request("GET", "/account", { key })).body
+      expect(account.events_used).toBe(1)
+      const periodDays = (Date.parse(account.period_end) - Date.now()) / 86_400_000
+      expect(periodDays).toBeGreaterThan(19.9)
+      expect(periodDays).toBeLessThanOrEqual(20)
+    }).pipe(Effect.scoped))
 })
 
 layer(App.layer({ PAYMENT_TTL: "1", EXPIRY_SWEEP_SECONDS: "3600" }), { excludeTestServices: true })("expiry", (it) => {
