@@ -1,0 +1,331 @@
+/**
+ * The HTTP API against the engines under it, measured in the same run:
+ *
+ * - POST /payments against a bare `node:http` + `pg` server doing the same logical writes in
+ *   one transaction (account by key hash, address pick, watch at the first free amount,
+ *   payment, event counter), at each concurrency of `BENCH_HTTP_CONCURRENCY` (1,10,50), with
+ *   no other watches and with `BENCH_BACKGROUND_WATCHES` (100,000) open watches of which
+ *   `BENCH_HOT_WATCHES` (2,000) hold the requested amount and the ones above it on the
+ *   requests' address;
+ * - GET /payments/{id} against the bare server's key-hash + single-row read;
+ * - the process's RSS and POST latency (concurrency 1) at each of `BENCH_WATCH_STEPS`
+ *   (10000,100000,1000000) open watches.
+ *
+ * `BENCH_HTTP_REQUESTS` (300) requests per figure. The service runs in this process (on a
+ * fresh database of `DATABASE_URL`, an anvil of its own as ethereum, prices from the local
+ * price server), so RSS is the service's plus the bench's.
+ *
+ *   npx tsx bench/payments.ts      (or `run` from bench/index.ts)
+ */
+import { BigDecimal, Config, Effect, Logger, LogLevel } from "effect"
+import { createHash, randomUUID } from "node:crypto"
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http"
+import pg from "pg"
+import { usdToSmallest } from "../src/Domain/Money.ts"
+import { spawnAnvil } from "../test/ingest/harness.ts"
+import { freePort } from "../test/support/Service.ts"
+import { makeTestApp } from "../test/support/TestApp.ts"
+
+const settings = Config.all({
+  requests: Config.integer("BENCH_HTTP_REQUESTS").pipe(Config.withDefault(300)),
+  concurrency: Config.array(Config.integer(), "BENCH_HTTP_CONCURRENCY").pipe(Config.withDefault([1, 10, 50])),
+  background: Config.integer("BENCH_BACKGROUND_WATCHES").pipe(Config.withDefault(100_000)),
+  hot: Config.integer("BENCH_HOT_WATCHES").pipe(Config.withDefault(2_000)),
+  steps: Config.array(Config.integer(), "BENCH_WATCH_STEPS").pipe(Config.withDefault([10_000, 100_000, 1_000_000]))
+})
+
+const ethPrice = "3000.5"
+const hook = "https://93.184.216.34/hook"
+
+export interface Run {
+  readonly perSecond: number
+  readonly p50: number
+  readonly p99: number
+}
+
+const percentile = (sorted: ReadonlyArray<number>, p: number) =>
+  sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))] ?? Number.NaN
+
+/** `count` calls of `call(i)`, `concurrency` at a time; throughput and latency percentiles. */
+const hammer = (count: number, concurrency: number, call: (i: number) => Promise<void>) =>
+  Effect.promise(async (): Promise<Run> => {
+    const latencies: Array<number> = []
+    let next = 0
+    const started = performance.now()
+    await Promise.all(Array.from({ length: concurrency }, async () => {
+      while (next < count) {
+        const i = next++
+        const t = performance.now()
+        await call(i)
+        latencies.push(performance.now() - t)
+      }
+    }))
+    const wall = performance.now() - started
+    latencies.sort((a, b) => a - b)
+    return { perSecond: (count / wall) * 1000, p50: percentile(latencies, 50), p99: percentile(latencies, 99) }
+  })
+
+const post = async (url: string, key: string, body: unknown): Promise<{ payment_id: string }> => {
+  const response = await fetch(url, {
+    method: "POST",
+    headers: { "content-type": "application/json", "x-api-key": key },
+    body: JSON.stringify(body)
+  })
+  const text = await response.text()
+  if (response.status !== 200) throw new Error(`POST ${url}: ${response.status} ${text}`)
+  return JSON.parse(text) as { payment_id: string }
+}
+
+const get = async (url: string, key: string) => {
+  const response = await fetch(url, { headers: { "x-api-key": key } })
+  const text = await response.text()
+  if (response.status !== 200) throw new Error(`GET ${url}: ${response.status} ${text}`)
+}
+
+const bodyOf = (request: IncomingMessage) =>
+  new Promise<string>((resolve) => {
+    const chunks: Array<Buffer> = []
+    request.on("data", (chunk: Buffer) => chunks.push(chunk))
+    request.on("end", () => resolve(Buffer.concat(chunks).toString()))
+  })
+
+const allocateSql = `
+  UPDATE addresses SET allocations = allocations + 1
+  WHERE (account_id, chain, address) = (
+    SELECT account_id, chain, address FROM addresses WHERE account_id = $1 AND chain = $2
+    ORDER BY allocations, created_at, address LIMIT 1 FOR UPDATE)
+  RETURNING address`
+
+const watchSql = `
+  WITH RECURSIVE walk (amount) AS (
+    SELECT $5::numeric
+    UNION ALL
+    SELECT amount + 1 FROM walk WHERE EXISTS (
+      SELECT 1 FROM watches w WHERE w.open AND w.chain = $3 AND w.address = $4 AND w.amount_smallest = walk.amount)
+  )
+  INSERT INTO watches (id, kind, chain, address, amount_smallest, start_block, expires_at)
+  SELECT $1, $2, $3, $4, max(amount), 0, now() + interval '1 hour' FROM walk
+  ON CONFLICT (chain, address, amount_smallest) WHERE open DO NOTHING
+  RETURNING amount_smallest::text AS amount`
+
+/**
+ * The bare baseline: node:http and a pg pool doing what POST /payments and GET
+ * /payments/{id} must do in PostgreSQL, without the framework, validation or price lookup.
+ */
+const bareServer = (databaseUrl: string, poolSize: number) =>
+  Effect.acquireRelease(
+    Effect.async<{ readonly url: string; readonly close: () => Promise<void> }>((resume) => {
+      const pool = new pg.Pool({ connectionString: databaseUrl, max: poolSize })
+      const accountOf = async (client: pg.PoolClient, request: IncomingMessage) => {
+        const key = String(request.headers["x-api-key"] ?? "")
+        const hash = createHash("sha256").update(key).digest("hex")
+        const rows = await client.query<{ id: string }>("SELECT id FROM accounts WHERE api_key_hash = $1", [hash])
+        return rows.rows[0]?.id
+      }
+      const handle = async (request: IncomingMessage, response: ServerResponse) => {
+        const client = await pool.connect()
+        try {
+          const account = await accountOf(client, request)
+          if (account === undefined) return void response.writeHead(401).end()
+          if (request.method === "POST") {
+            const input = JSON.parse(await bodyOf(request)) as { usd_amount: string; chain: string; callback_url: string }
+            const requested = usdToSmallest(BigDecimal.unsafeFromString(input.usd_amount), BigDecimal.unsafeFromString(ethPrice), 18)
+            const id = randomUUID()
+            await client.query("BEGIN")
+            const address = (await client.query<{ address: string }>(allocateSql, [account, input.chain])).rows[0]!.address
+            let amount: string | undefined
+            while (amount === undefined) {
+              amount = (await client.query<{ amount: string }>(watchSql, [id, "payment", input.chain, address, requested.toString()]))
+                .rows[0]?.amount
+            }
+            await client.query(
+              `INSERT INTO payments (id, account_id, chain, address, amount_smallest, usd_amount, callback_url, status,
+                                     start_block, expires_at)
+               VALUES ($1, $2, $3, $4, $5, $6, $7, 'PENDING', 0, now() + interval '1 hour')`,
+              [id, account, input.chain, address, amount, input.usd_amount, input.callback_url]
+            )
+            const taken = await client.query(
+              "UPDATE subscriptions SET events_used = events_used + 1 WHERE account_id = $1 AND events_used < 100000 RETURNING 1",
+              [account]
+            )
+            if (taken.rowCount === 0) throw new Error("allowance used up")
+            await client.query("COMMIT")
+            response.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ payment_id: id, address, amount }))
+          } else {
+            const id = (request.url ?? "").split("/").at(-1)
+            const rows = await client.query(
+              `SELECT id, status, chain, address, amount_smallest::text, usd_amount::text, tx_hash, confirmations
+               FROM payments WHERE account_id = $1 AND id = $2`,
+              [account, id]
+            )
+            response.writeHead(rows.rows.length === 1 ? 200 : 404, { "content-type": "application/json" })
+              .end(JSON.stringify(rows.rows[0] ?? null))
+          }
+        } catch (error) {
+          await client.query("ROLLBACK").catch(() => undefined)
+          response.writeHead(500).end(String(error))
+        } finally {
+          client.release()
+        }
+      }
+      const server = createServer((request, response) => void handle(request, response))
+      server.listen(0, "127.0.0.1", () => {
+        const address = server.address()
+        const port = typeof address === "object" && address !== null ? address.port : 0
+        resume(Effect.succeed({
+          url: `http://127.0.0.1:${port}`,
+          close: () => new Promise<void>((done) => server.close(() => void pool.end().then(done)))
+        }))
+      })
+    }),
+    (bare) => Effect.promise(bare.close)
+  )
+
+/** Open watches `from .. to - 1` of a background account, over 1,000 addresses (not the merchants'). */
+const addWatches = (pool: pg.Pool, from: number, to: number) =>
+  Effect.promise(async () => {
+    await pool.query(
+      `INSERT INTO accounts (id, api_key_hash) VALUES ('00000000-0000-4000-8000-00000000000b', 'background')
+       ON CONFLICT DO NOTHING`
+    )
+    for (let start = from; start < to; start += 100_000) {
+      const end = Math.min(to, start + 100_000) - 1
+      await pool.query(
+        `WITH p AS (
+           INSERT INTO payments (id, account_id, chain, address, amount_smallest, usd_amount, callback_url, status,
+                                 start_block, expires_at)
+           SELECT gen_random_uuid(), '00000000-0000-4000-8000-00000000000b', 'ethereum',
+                  '0x' || lpad(to_hex(1000000 + k % 1000), 40, '0'), 1000000 + k, 10, $3, 'PENDING', 0, now() + interval '1 day'
+           FROM generate_series($1::int, $2::int) AS k
+           RETURNING id, chain, address, amount_smallest, start_block, expires_at)
+         INSERT INTO watches (id, kind, chain, address, amount_smallest, start_block, expires_at)
+         SELECT id, 'payment', chain, address, amount_smallest, start_block, expires_at FROM p`,
+        [start, end, hook]
+      )
+    }
+    await pool.query("ANALYZE watches")
+  })
+
+/** `count` watches at `amount` and above on `address`, as many payments of one amount leave them. */
+const addHotWatches = (pool: pg.Pool, address: string, amount: bigint, count: number) =>
+  Effect.promise(() =>
+    pool.query(
+      `INSERT INTO watches (id, kind, chain, address, amount_smallest, start_block, expires_at)
+       SELECT gen_random_uuid(), 'payment', 'ethereum', $1, $2::numeric + k, 0, now() + interval '1 day'
+       FROM generate_series(0, $3::int - 1) AS k`,
+      [address, amount.toString(), count]
+    )
+  )
+
+const pad = (n: number, width = 6) => String(Math.round(n)).padStart(width)
+const ratio = (a: number, b: number) => (a / b).toFixed(2)
+
+export interface PaymentsFigures {
+  readonly post: ReadonlyArray<{ readonly load: string; readonly concurrency: number; readonly service: Run; readonly bare: Run }>
+  readonly get: ReadonlyArray<{ readonly concurrency: number; readonly service: Run; readonly bare: Run }>
+  readonly watches: ReadonlyArray<{ readonly open: number; readonly rssMb: number; readonly post: Run }>
+}
+
+export const run = Effect.gen(function*() {
+  const s = yield* settings
+  const anvilPort = yield* freePort
+  const node = yield* spawnAnvil(anvilPort)
+  const app = yield* makeTestApp({
+    CHAINS: "ethereum",
+    RPC_URL_ETHEREUM: node.url,
+    CHAIN_ID_ETHEREUM: "31337",
+    PRICE_FIXED_USD: `ETH=${ethPrice}`
+  })
+  const pool = new pg.Pool({ connectionString: app.databaseUrl, max: 2 })
+  yield* Effect.addFinalizer(() => Effect.promise(() => pool.end()))
+  const bare = yield* bareServer(app.databaseUrl, 20)
+
+  /** A scale-plan merchant with one ethereum address, for the service and one for the bare server. */
+  const merchant = (address: string) =>
+    Effect.gen(function*() {
+      const signup = yield* app.request("POST", "/signup", { json: { method: "subscribe", plan: "scale" } })
+      const key = signup.body.api_key as string
+      yield* app.request("POST", "/addresses", { key, json: { chain: "ethereum", addresses: [address] } })
+      return key
+    })
+  const serviceAddress = "0x00000000000000000000000000000000000000a1"
+  const bareAddress = "0x00000000000000000000000000000000000000b1"
+  const serviceKey = yield* merchant(serviceAddress)
+  const bareKey = yield* merchant(bareAddress)
+
+  let sequence = 0
+  const postBoth = (load: string, concurrency: number, usd: (i: number) => string) =>
+    Effect.gen(function*() {
+      const body = (i: number) => ({ usd_amount: usd(sequence + i), chain: "ethereum", callback_url: hook })
+      const service = yield* hammer(s.requests, concurrency, (i) => post(`${app.baseUrl}/payments`, serviceKey, body(i)).then(() => undefined))
+      const bareRun = yield* hammer(s.requests, concurrency, (i) => post(`${bare.url}/payments`, bareKey, body(i)).then(() => undefined))
+      sequence += s.requests
+      console.log(
+        `POST /payments, ${load.padEnd(26)} c=${String(concurrency).padStart(2)}: service ${pad(service.perSecond)} req/s ` +
+          `(p50 ${service.p50.toFixed(1)} ms, p99 ${service.p99.toFixed(1)} ms), bare ${pad(bareRun.perSecond)} req/s ` +
+          `(p50 ${bareRun.p50.toFixed(1)}, p99 ${bareRun.p99.toFixed(1)}): ${ratio(service.perSecond, bareRun.perSecond)}x`
+      )
+      return { load, concurrency, service, bare: bareRun }
+    })
+
+  // Distinct amounts (each request its own cent), then the hot address after the load.
+  const distinct = (i: number) => (5 + (i % 100_000) / 100).toFixed(2)
+  const postFigures: Array<PaymentsFigures["post"][number]> = []
+  for (const c of s.concurrency) postFigures.push(yield* postBoth("no other watches", c, distinct))
+  yield* addWatches(pool, 0, s.background)
+  const hotUsd = "7.77"
+  const hotAmount = usdToSmallest(BigDecimal.unsafeFromString(hotUsd), BigDecimal.unsafeFromString(ethPrice), 18)
+  yield* addHotWatches(pool, serviceAddress, hotAmount, s.hot)
+  yield* addHotWatches(pool, bareAddress, hotAmount, s.hot)
+  for (const c of s.concurrency) {
+    postFigures.push(yield* postBoth(`${s.background} open, ${s.hot} same amount`, c, () => hotUsd))
+  }
+
+  // GET the payments just made, by id.
+  const ids = yield* Effect.promise(() =>
+    pool.query<{ id: string; key: string }>(
+      `SELECT p.id::text AS id, CASE WHEN p.address = $1 THEN 'service' ELSE 'bare' END AS key
+       FROM payments p WHERE p.address IN ($1, $2) ORDER BY p.created_at DESC LIMIT 2000`,
+      [serviceAddress, bareAddress]
+    ).then((r) => r.rows))
+  const serviceIds = ids.filter((r) => r.key === "service").map((r) => r.id)
+  const bareIds = ids.filter((r) => r.key === "bare").map((r) => r.id)
+  const getFigures: Array<PaymentsFigures["get"][number]> = []
+  for (const c of s.concurrency) {
+    const service = yield* hammer(s.requests, c, (i) => get(`${app.baseUrl}/payments/${serviceIds[i % serviceIds.length]}`, serviceKey))
+    const bareRun = yield* hammer(s.requests, c, (i) => get(`${bare.url}/payments/${bareIds[i % bareIds.length]}`, bareKey))
+    console.log(
+      `GET /payments/{id}, c=${String(c).padStart(2)}: service ${pad(service.perSecond)} req/s (p99 ${service.p99.toFixed(1)} ms), ` +
+        `bare ${pad(bareRun.perSecond)} req/s (p99 ${bareRun.p99.toFixed(1)} ms): ${ratio(service.perSecond, bareRun.perSecond)}x`
+    )
+    getFigures.push({ concurrency: c, service, bare: bareRun })
+  }
+
+  // Memory and latency as open watches grow (background rows added on top of the ones above).
+  const watchFigures: Array<PaymentsFigures["watches"][number]> = []
+  let open = s.background
+  for (const step of s.steps) {
+    if (step > open) {
+      yield* addWatches(pool, open, step)
+      open = step
+    }
+    const latency = yield* hammer(Math.min(200, s.requests), 1, (i) =>
+      post(`${app.baseUrl}/payments`, serviceKey, { usd_amount: distinct(sequence + i), chain: "ethereum", callback_url: hook })
+        .then(() => undefined))
+    sequence += 200
+    const rssMb = process.memoryUsage().rss / 2 ** 20
+    console.log(
+      `${String(open).padStart(9)} open watches: RSS ${rssMb.toFixed(0)} MB, POST /payments c=1 p50 ${latency.p50.toFixed(1)} ms, ` +
+        `p99 ${latency.p99.toFixed(1)} ms`
+    )
+    watchFigures.push({ open, rssMb, post: latency })
+  }
+  return { post: postFigures, get: getFigures, watches: watchFigures } satisfies PaymentsFigures
+}).pipe(Effect.scoped, Effect.provide(Logger.minimumLogLevel(LogLevel.Error)))
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  Effect.runPromise(run).catch((error: unknown) => {
+    console.error(error)
+    process.exitCode = 1
+  })
+}
