@@ -1,0 +1,152 @@
+/**
+ * Node → webhook latency: from a block paying a payment existing at the node (the moment
+ * anvil answers the transaction that it mined at once) to the payment's callback arriving at
+ * a local receiver, through the whole service (ingester, EventLog, matcher, dispatcher) at
+ * `CONFIRMATIONS_REQUIRED=1`:
+ *
+ * - with a new-heads subscription (`WS_URL_ETHEREUM`), `BENCH_NODE_SAMPLES` (30) payments;
+ * - with the polling defaults (half ethereum's block time: 6 s), `BENCH_NODE_POLL_SAMPLES` (8);
+ * - the raw baseline, in the same run: a bare client subscribed to the same node's newHeads
+ *   that fetches the block over HTTP and POSTs it to the receiver, `BENCH_NODE_SAMPLES` times.
+ *
+ * Embedded EventLog, unless `KAFKA_BROKERS` is set; a fresh database of `DATABASE_URL`.
+ *
+ *   npx tsx bench/nodeLatency.ts      (or `run` from bench/index.ts)
+ */
+import { Config, Effect, Logger, LogLevel } from "effect"
+import { createPublicClient, http, webSocket } from "viem"
+import { defaultPollMillis } from "../src/Ingest/ChainIngester.ts"
+import { spawnAnvil, rpc } from "../test/ingest/harness.ts"
+import { freePort } from "../test/support/Service.ts"
+import { makeTestApp } from "../test/support/TestApp.ts"
+import { WebhookReceiver, type WebhookReceiverHandle } from "../test/support/WebhookReceiver.ts"
+
+const settings = Config.all({
+  samples: Config.integer("BENCH_NODE_SAMPLES").pipe(Config.withDefault(30)),
+  pollSamples: Config.integer("BENCH_NODE_POLL_SAMPLES").pipe(Config.withDefault(8)),
+  kafkaBrokers: Config.string("KAFKA_BROKERS").pipe(Config.withDefault(""))
+})
+
+const payer = "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266"
+
+export interface Spread {
+  readonly p50: number
+  readonly p99: number
+  readonly max: number
+  readonly count: number
+}
+
+const spread = (values: ReadonlyArray<number>): Spread => {
+  const sorted = [...values].sort((a, b) => a - b)
+  const at = (p: number) => sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))] ?? Number.NaN
+  return { p50: at(50), p99: at(99), max: sorted.at(-1) ?? Number.NaN, count: sorted.length }
+}
+
+/** Sends `wei` to `to`; anvil mines it at once. Returns when the block is at the node. */
+const pay = (url: string, to: string, wei: bigint) =>
+  Effect.map(
+    rpc(url, "eth_sendTransaction", [{ from: payer, to, value: `0x${wei.toString(16)}` }]),
+    () => Date.now()
+  )
+
+const arrivalAt = (receiver: WebhookReceiverHandle, path: string) =>
+  Effect.map(
+    receiver.waitUntil((all) => all.some((r) => r.path === path), 60),
+    (all) => all.find((r) => r.path === path)!.at
+  )
+
+/** The service, subscribed or polling, paid `samples` times one after the other. */
+const throughService = (nodeUrl: string, wsUrl: string | null, samples: number, kafkaBrokers: string) =>
+  Effect.scoped(Effect.gen(function*() {
+    const receiver = yield* WebhookReceiver.make()
+    const app = yield* makeTestApp({
+      CHAINS: "ethereum",
+      RPC_URL_ETHEREUM: nodeUrl,
+      CHAIN_ID_ETHEREUM: "31337",
+      CONFIRMATIONS_REQUIRED: "1",
+      CALLBACK_ALLOW_PRIVATE_NETWORKS: "true",
+      PRICE_FIXED_USD: "ETH=3000",
+      POLL_INTERVAL_MS: String(defaultPollMillis("ethereum")),
+      ...(wsUrl === null ? {} : { WS_URL_ETHEREUM: wsUrl }),
+      ...(kafkaBrokers === "" ? {} : { KAFKA_BROKERS: kafkaBrokers, KAFKA_TOPIC_PREFIX: `bench${Date.now()}` })
+    })
+    const signup = yield* app.request("POST", "/signup", { json: { method: "subscribe", plan: "scale" } })
+    const key = signup.body.api_key as string
+    const address = `0x${Date.now().toString(16).padStart(40, "0")}`
+    yield* app.request("POST", "/addresses", { key, json: { chain: "ethereum", addresses: [address] } })
+    const latencies: Array<number> = []
+    // The first payment also waits for the service to be running; it is not counted.
+    for (let i = -1; i < samples; i++) {
+      const path = `/service/${i + 1}`
+      const created = yield* app.request("POST", "/payments", {
+        key,
+        json: { usd_amount: "5", chain: "ethereum", callback_url: receiver.urlFor(path) }
+      })
+      if (created.status !== 200) return yield* Effect.dieMessage(`POST /payments: ${created.status} ${created.text}`)
+      // Wait until the ingester has passed the payment's start block, as a payer would be.
+      yield* Effect.sleep("300 millis")
+      const atNode = yield* pay(nodeUrl, created.body.address, BigInt(created.body.amount_wei))
+      const arrived = yield* arrivalAt(receiver, path)
+      if (i >= 0) latencies.push(arrived - atNode)
+    }
+    return spread(latencies)
+  }))
+
+/** The bare baseline: newHeads → eth_getBlockByNumber → POST to the receiver. */
+const bare = (nodeUrl: string, wsUrl: string, samples: number) =>
+  Effect.scoped(Effect.gen(function*() {
+    const receiver = yield* WebhookReceiver.make()
+    const ws = createPublicClient({ transport: webSocket(wsUrl, { reconnect: false, keepAlive: false }) })
+    const client = createPublicClient({ transport: http(nodeUrl) })
+    let counter = 0
+    const stop = ws.watchBlockNumber({
+      onBlockNumber: (number) =>
+        void client.getBlock({ blockNumber: number, includeTransactions: true }).then((block) =>
+          fetch(receiver.urlFor(`/bare/${counter++}`), { method: "POST", body: JSON.stringify({ hash: block.hash }) })
+        )
+    })
+    yield* Effect.addFinalizer(() =>
+      Effect.zipRight(Effect.sync(stop), Effect.promise(() => ws.transport.getRpcClient().then((socket) => socket.close())))
+    )
+    yield* Effect.sleep("500 millis")
+    const latencies: Array<number> = []
+    for (let i = 0; i < samples; i++) {
+      const atNode = yield* pay(nodeUrl, "0x000000000000000000000000000000000000bee5", 1n)
+      const arrived = yield* arrivalAt(receiver, `/bare/${i}`)
+      latencies.push(arrived - atNode)
+    }
+    return spread(latencies)
+  }))
+
+export interface NodeLatencyFigures {
+  readonly subscription: Spread
+  readonly polling: Spread
+  readonly bare: Spread
+}
+
+const line = (name: string, s: Spread, base: Spread) =>
+  console.log(
+    `${name.padEnd(34)}: p50 ${String(s.p50).padStart(5)} ms, p99 ${String(s.p99).padStart(5)} ms, max ${String(s.max).padStart(5)} ms ` +
+      `over ${s.count}; p99 ${(s.p99 / base.p99).toFixed(1)}x the bare client's`
+  )
+
+export const run = Effect.gen(function*() {
+  const s = yield* settings
+  const port = yield* freePort
+  const node = yield* spawnAnvil(port)
+  const wsUrl = `ws://127.0.0.1:${port}`
+  const bareFigures = yield* bare(node.url, wsUrl, s.samples)
+  const subscription = yield* throughService(node.url, wsUrl, s.samples, s.kafkaBrokers)
+  const polling = yield* throughService(node.url, null, s.pollSamples, s.kafkaBrokers)
+  console.log(`${"bare newHeads → getBlock → POST".padEnd(34)}: p50 ${String(bareFigures.p50).padStart(5)} ms, p99 ${String(bareFigures.p99).padStart(5)} ms, max ${String(bareFigures.max).padStart(5)} ms over ${bareFigures.count}`)
+  line(`service, subscription (${s.kafkaBrokers === "" ? "embedded" : "kafka"})`, subscription, bareFigures)
+  line(`service, polling every ${defaultPollMillis("ethereum")} ms`, polling, bareFigures)
+  return { subscription, polling, bare: bareFigures } satisfies NodeLatencyFigures
+}).pipe(Effect.scoped, Effect.provide(Logger.minimumLogLevel(LogLevel.Error)))
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  Effect.runPromise(run).catch((error: unknown) => {
+    console.error(error)
+    process.exitCode = 1
+  })
+}
