@@ -1,6 +1,8 @@
 /**
  * `npm run bench`: every benchmark, printed as figures, then a summary against the targets
- * (matcher ≥ 10,000 transfers/s, p99 block → callback < 250 ms). The machine's PostgreSQL is
+ * (matcher ≥ 10,000 transfers/s, p99 block → callback < 250 ms, node → webhook p99 < 500 ms
+ * by subscription, POST /payments ≥ 0.7x a bare server) with each figure's raw baseline
+ * from the same run. Each part takes its size from `BENCH_*` variables (see each file). The machine's PostgreSQL is
  * started from services/ if needed (and left running, as the test tooling does) and is the
  * server of `DATABASE_URL` (default postgres://postgres@127.0.0.1:5432/postgres); Kafka is
  * started from services/ for the Kafka variants when `KAFKA_BROKERS` is not set, and stopped
@@ -10,9 +12,12 @@ import { execFileSync } from "node:child_process"
 import { availableParallelism, loadavg } from "node:os"
 import { resolve } from "node:path"
 import { Console, Effect } from "effect"
+import { run as chainsBench } from "./chains.ts"
 import { run as ingest } from "./ingest.ts"
 import { run as latency } from "./latency.ts"
 import { run as matcher } from "./matcher.ts"
+import { run as nodeLatency } from "./nodeLatency.ts"
+import { run as payments } from "./payments.ts"
 
 const targetTransfersPerSecond = 10_000
 const targetP99Ms = 250
@@ -55,6 +60,12 @@ const benches = Effect.gen(function*() {
   const throughput = yield* matcher
   yield* Console.log("\n== latency: block published → MatcherLive → WebhookDispatcherLive → callback received")
   const latencies = yield* latency
+  yield* Console.log("\n== node → webhook: a block paying a payment at the node → its callback received (CONFIRMATIONS_REQUIRED=1)")
+  const fromNode = yield* nodeLatency
+  yield* Console.log("\n== HTTP API against a bare node:http + pg server doing the same work")
+  const api = yield* payments
+  yield* Console.log("\n== ten chains at mainnet pace and size (local JSON-RPC chains): catch-up after an outage, then live")
+  const ten = yield* chainsBench
 
   yield* Console.log(`\n== summary (${availableParallelism()} cores; load average ${loadBefore} before, ${load()} after)`)
   for (const [mode, perSecond] of Object.entries(throughput)) {
@@ -72,6 +83,34 @@ const benches = Effect.gen(function*() {
         `max ${figures.max} ms over ${figures.count} callbacks (target p99 < ${targetP99Ms} ms: ${verdict(figures.p99 < targetP99Ms)})`
     )
   }
+  const x = (a: number, b: number) => `${(a / b).toFixed(2)}x`
+  yield* Console.log(
+    `node → webhook p99: subscription ${fromNode.subscription.p99} ms (target < 500 ms: ${verdict(fromNode.subscription.p99 < 500)}), ` +
+      `polling ${fromNode.polling.p99} ms, bare client ${fromNode.bare.p99} ms`
+  )
+  for (const r of api.post) {
+    yield* Console.log(
+      `POST /payments c=${String(r.concurrency).padStart(2)}, ${r.load}: ${Math.round(r.service.perSecond)} vs ${Math.round(r.bare.perSecond)} req/s bare = ` +
+        `${x(r.service.perSecond, r.bare.perSecond)}` + (r.concurrency === 10 && r.load.startsWith("no") ? ` (goal ≥ 0.7x: ${verdict(r.service.perSecond / r.bare.perSecond >= 0.7)})` : "")
+    )
+  }
+  const idle10 = api.post.find((r) => r.concurrency === 10 && r.load.startsWith("no"))
+  const loaded10 = api.post.find((r) => r.concurrency === 10 && !r.load.startsWith("no"))
+  if (idle10 !== undefined && loaded10 !== undefined) {
+    const drop = 1 - loaded10.service.perSecond / idle10.service.perSecond
+    yield* Console.log(`POST /payments c=10 with the watch load: ${(drop * 100).toFixed(0)} % slower (goal ≤ 20 %: ${verdict(drop <= 0.2)})`)
+  }
+  for (const r of api.get) {
+    yield* Console.log(`GET /payments/{id} c=${String(r.concurrency).padStart(2)}: ${Math.round(r.service.perSecond)} vs ${Math.round(r.bare.perSecond)} req/s bare = ${x(r.service.perSecond, r.bare.perSecond)}`)
+  }
+  for (const w of api.watches) {
+    yield* Console.log(`${w.open} open watches: RSS ${w.rssMb.toFixed(0)} MB, POST p99 ${w.post.p99.toFixed(1)} ms`)
+  }
+  yield* Console.log(
+    `catch-up of ${ten.blocks} blocks: ${(ten.catchUpMs / 1000).toFixed(1)} s vs ${(ten.bareCatchUpMs / 1000).toFixed(1)} s bare = ${x(ten.bareCatchUpMs, ten.catchUpMs)}; ` +
+      `ten chains live: CPU ${ten.cpuPercent.toFixed(0)} % vs ${ten.bareCpuPercent.toFixed(0)} % bare, RSS ${ten.rssMb.toFixed(0)} MB, ` +
+      `worst head lag p99 ${Math.max(...Object.values(ten.lagP99))} blocks`
+  )
 })
 
 withPostgres(withKafka(benches)).pipe(Effect.runPromise).catch((error: unknown) => {

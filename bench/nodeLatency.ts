@@ -68,7 +68,7 @@ const throughService = (nodeUrl: string, wsUrl: string | null, samples: number, 
       PRICE_FIXED_USD: "ETH=3000",
       POLL_INTERVAL_MS: String(defaultPollMillis("ethereum")),
       ...(wsUrl === null ? {} : { WS_URL_ETHEREUM: wsUrl }),
-      ...(kafkaBrokers === "" ? {} : { KAFKA_BROKERS: kafkaBrokers, KAFKA_TOPIC_PREFIX: `bench${Date.now()}` })
+      ...(kafkaBrokers === "" ? {} : { KAFKA_BROKERS: kafkaBrokers, KAFKA_TOPIC_PREFIX: `bench${Date.now()}`, MATCHER_GROUP_ID: `bench${Date.now()}-matcher` })
     })
     const signup = yield* app.request("POST", "/signup", { json: { method: "subscribe", plan: "scale" } })
     const key = signup.body.api_key as string

@@ -182,7 +182,7 @@ const bareServer = (databaseUrl: string, poolSize: number) =>
   )
 
 /** Open watches `from .. to - 1` of a background account, over 1,000 addresses (not the merchants'). */
-const addWatches = (pool: pg.Pool, from: number, to: number) =>
+export const addWatches = (pool: pg.Pool, from: number, to: number) =>
   Effect.promise(async () => {
     await pool.query(
       `INSERT INTO accounts (id, api_key_hash) VALUES ('00000000-0000-4000-8000-00000000000b', 'background')

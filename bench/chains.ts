@@ -1,0 +1,217 @@
+/**
+ * All ten chains at once, on local JSON-RPC chains at mainnet pace and size
+ * (bench/syntheticChains.ts, its own process), the whole service in this process on
+ * PostgreSQL (+ Kafka when `KAFKA_BROKERS` is set) with `BENCH_BACKGROUND_WATCHES` (100,000)
+ * open watches:
+ *
+ * - catch-up after an outage of `BENCH_OUTAGE_SECONDS` (3600) of every chain: the service
+ *   starts at the blocks the chains had when the outage began and is timed until each chain
+ *   is at its head, against a bare client fetching the same blocks from the same node (eight
+ *   at a time per chain, all chains at once);
+ * - then live for `BENCH_LIVE_SECONDS` (60): CPU % of this process, RSS and each chain's head
+ *   lag p99 (blocks behind the node, sampled every 250 ms), against a bare client following
+ *   the same ten heads over the same window.
+ *
+ *   npx tsx bench/chains.ts      (or `run` from bench/index.ts)
+ */
+import { Config, Effect, Logger, LogLevel } from "effect"
+import { spawn } from "node:child_process"
+import { createRequire } from "node:module"
+import { resolve } from "node:path"
+import { pathToFileURL } from "node:url"
+import pg from "pg"
+import { type ChainName, chainNames, chains } from "../src/Domain/Chain.ts"
+import { freshDatabase } from "../test/support/Database.ts"
+import { makeTestApp } from "../test/support/TestApp.ts"
+import { addWatches } from "./payments.ts"
+import { blockTime, headAt } from "./syntheticChains.ts"
+
+const settings = Config.all({
+  outageSeconds: Config.integer("BENCH_OUTAGE_SECONDS").pipe(Config.withDefault(3600)),
+  liveSeconds: Config.integer("BENCH_LIVE_SECONDS").pipe(Config.withDefault(60)),
+  background: Config.integer("BENCH_BACKGROUND_WATCHES").pipe(Config.withDefault(100_000)),
+  kafkaBrokers: Config.string("KAFKA_BROKERS").pipe(Config.withDefault(""))
+})
+
+const tsxLoader = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href
+
+/** Starts the synthetic chains with `history` seconds of blocks; their port and start time. */
+const syntheticChains = (history: number) =>
+  Effect.acquireRelease(
+    Effect.async<{ readonly port: number; readonly startedAt: number; readonly kill: () => void }>((resume) => {
+      const child = spawn(process.execPath, ["--import", tsxLoader, resolve(import.meta.dirname, "syntheticChains.ts")], {
+        env: { ...process.env, BENCH_HISTORY_SECONDS: String(history) },
+        stdio: ["ignore", "pipe", "inherit"]
+      })
+      child.stdout.once("data", (data: Buffer) => {
+        const { port, startedAt } = JSON.parse(data.toString()) as { port: number; startedAt: number }
+        resume(Effect.succeed({ port, startedAt, kill: () => child.kill("SIGTERM") }))
+      })
+    }),
+    (node) => Effect.sync(node.kill)
+  )
+
+const evmChains = chainNames.filter((c) => c !== "bitcoin")
+
+const rpc = async (url: string, method: string, params: ReadonlyArray<unknown>) => {
+  const response = await fetch(url, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ jsonrpc: "2.0", id: 1, method, params })
+  })
+  return ((await response.json()) as { result: unknown }).result
+}
+
+/** The bare client: fetches and parses the full block at `height`. */
+const fetchBlock = async (base: string, chain: ChainName, height: number) => {
+  const url = `${base}/${chain}`
+  if (chain === "bitcoin") {
+    const hash = await rpc(url, "getblockhash", [height])
+    await rpc(url, "getblock", [hash, 2])
+  } else {
+    await rpc(url, "eth_getBlockByNumber", [`0x${height.toString(16)}`, true])
+  }
+}
+
+/** Fetches heights `from ..= to` of `chain`, eight at a time. */
+const fetchRange = async (base: string, chain: ChainName, from: number, to: number) => {
+  let next = from
+  await Promise.all(Array.from({ length: 8 }, async () => {
+    while (next <= to) await fetchBlock(base, chain, next++)
+  }))
+}
+
+/** `confirmd_ingester_last_published_block` per chain from /metrics. */
+const published = async (baseUrl: string): Promise<Map<string, number>> => {
+  const text = await (await fetch(`${baseUrl}/metrics`)).text()
+  const out = new Map<string, number>()
+  for (const match of text.matchAll(/^confirmd_ingester_last_published_block\{[^}]*chain="(\w+)"[^}]*\} (\d+)/gm)) {
+    out.set(match[1]!, Number(match[2]))
+  }
+  return out
+}
+
+const cpuPercent = (since: NodeJS.CpuUsage, wallMs: number) => {
+  const used = process.cpuUsage(since)
+  return ((used.user + used.system) / 1000 / wallMs) * 100
+}
+
+const p99 = (values: ReadonlyArray<number>) => {
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted[Math.min(sorted.length - 1, Math.ceil(0.99 * sorted.length) - 1)] ?? Number.NaN
+}
+
+export interface ChainsFigures {
+  readonly catchUpMs: number
+  readonly bareCatchUpMs: number
+  readonly blocks: number
+  readonly cpuPercent: number
+  readonly bareCpuPercent: number
+  readonly rssMb: number
+  readonly lagP99: Readonly<Record<string, number>>
+}
+
+export const run = Effect.gen(function*() {
+  const s = yield* settings
+  const node = yield* syntheticChains(s.outageSeconds)
+  const base = `http://127.0.0.1:${node.port}`
+  const head = (chain: ChainName) => headAt(chain, node.startedAt, Date.now(), s.outageSeconds)
+
+  // The bare client first, on an idle machine: the hour of every chain, all chains at once.
+  const bareStart = Date.now()
+  const ranges = chainNames.map((chain) => ({ chain, to: head(chain) }))
+  yield* Effect.promise(() => Promise.all(ranges.map(({ chain, to }) => fetchRange(base, chain, 0, to))))
+  const bareCatchUpMs = Date.now() - bareStart
+  const blocks = ranges.reduce((sum, { to }) => sum + to + 1, 0)
+  // The bare client following the ten heads live for the window the service gets below.
+  const bareFrom = process.cpuUsage()
+  const bareStartLive = Date.now()
+  yield* Effect.promise(() =>
+    Promise.all(chainNames.map(async (chain) => {
+      let next = head(chain) + 1
+      while (Date.now() - bareStartLive < s.liveSeconds * 1000) {
+        const now = head(chain)
+        while (next <= now) await fetchBlock(base, chain, next++)
+        await new Promise((r) => setTimeout(r, Math.min(10_000, Math.max(250, blockTime(chain) / 2))))
+      }
+    })))
+  const bareCpu = cpuPercent(bareFrom, Date.now() - bareStartLive)
+
+  const prefix = `bench${Date.now()}`
+  const env = (startAtHead: boolean) => ({
+    CHAINS: chainNames.join(","),
+    ...Object.fromEntries(evmChains.map((chain) => [`RPC_URL_${chain.toUpperCase()}`, `${base}/${chain}`])),
+    // The synthetic chains serve the real networks' chain ids.
+    ...Object.fromEntries(evmChains.map((chain) => [`CHAIN_ID_${chain.toUpperCase()}`, String(chains[chain].chainId)])),
+    BITCOIN_RPC_URL: `http://bench:bench@127.0.0.1:${node.port}/bitcoin`,
+    BITCOIN_NETWORK: "mainnet",
+    BITCOIN_BECH32_PREFIX: "bc",
+    BITCOIN_PUBKEYHASH_VERSION: "0",
+    BITCOIN_SCRIPTHASH_VERSION: "5",
+    PRICE_FIXED_USD: "BTC=65000,ETH=3000,POL=0.5,BNB=600,AVAX=30",
+    ...Object.fromEntries(chainNames.map((chain) => [`START_BLOCK_${chain.toUpperCase()}`, String(startAtHead ? head(chain) : 0)])),
+    ...(s.kafkaBrokers === "" ? {} : { KAFKA_BROKERS: s.kafkaBrokers, KAFKA_TOPIC_PREFIX: prefix, MATCHER_GROUP_ID: `${prefix}-matcher` })
+  })
+
+  // The database with its open watches, prepared by a first run that starts at the heads.
+  const database = yield* freshDatabase
+  yield* Effect.scoped(Effect.gen(function*() {
+    yield* makeTestApp({ ...env(true), DATABASE_URL: database.url })
+    const pool = new pg.Pool({ connectionString: database.url, max: 1 })
+    yield* addWatches(pool, 0, s.background)
+    yield* Effect.promise(() => pool.end())
+  }))
+  yield* Effect.promise(() => {
+    const pool = new pg.Pool({ connectionString: database.url, max: 1 })
+    return pool.query("DELETE FROM ingest_cursors; DELETE FROM ingest_headers").then(() => pool.end())
+  })
+
+  const started = Date.now()
+  const app = yield* makeTestApp({ ...env(false), DATABASE_URL: database.url })
+  const done = new Map<string, number>()
+  while (done.size < chainNames.length) {
+    const at = yield* Effect.promise(() => published(app.baseUrl))
+    for (const chain of chainNames) {
+      if (!done.has(chain) && (at.get(chain) ?? -1) >= head(chain) - 1) done.set(chain, Date.now() - started)
+    }
+    if (Date.now() - started > 30 * 60_000) return yield* Effect.dieMessage("catch-up took more than 30 minutes")
+    yield* Effect.sleep("250 millis")
+  }
+  const catchUpMs = Math.max(...done.values())
+  console.log(
+    `catch-up after ${s.outageSeconds} s of all ten chains (${blocks} blocks): service ${(catchUpMs / 1000).toFixed(1)} s, ` +
+      `bare fetch ${(bareCatchUpMs / 1000).toFixed(1)} s: ${(bareCatchUpMs / catchUpMs).toFixed(2)}x`
+  )
+  console.log(`  per chain (s): ${chainNames.map((c) => `${c} ${((done.get(c) ?? 0) / 1000).toFixed(1)}`).join(", ")}`)
+
+  // Live: the service alone, sampled.
+  const lags = new Map<string, Array<number>>(chainNames.map((c) => [c, []]))
+  let rssMb = 0
+  const cpuFrom = process.cpuUsage()
+  const liveFrom = Date.now()
+  while (Date.now() - liveFrom < s.liveSeconds * 1000) {
+    const at = yield* Effect.promise(() => published(app.baseUrl))
+    for (const chain of chainNames) lags.get(chain)!.push(Math.max(0, head(chain) - (at.get(chain) ?? 0)))
+    rssMb = Math.max(rssMb, process.memoryUsage().rss / 2 ** 20)
+    yield* Effect.sleep("250 millis")
+  }
+  const cpu = cpuPercent(cpuFrom, Date.now() - liveFrom)
+  const lagP99 = Object.fromEntries(chainNames.map((c) => [c, p99(lags.get(c)!)]))
+
+
+  console.log(
+    `ten chains live for ${s.liveSeconds} s with ${s.background} open watches: service CPU ${cpu.toFixed(0)} % of a core, ` +
+      `bare follower ${bareCpu.toFixed(0)} %: ${(cpu / bareCpu).toFixed(1)}x; RSS max ${rssMb.toFixed(0)} MB`
+  )
+  console.log(
+    `  head lag p99 (blocks): ${chainNames.map((c) => `${c} ${lagP99[c]} (${chains[c].blockTimeMs} ms blocks)`).join(", ")}`
+  )
+  return { catchUpMs, bareCatchUpMs, blocks, cpuPercent: cpu, bareCpuPercent: bareCpu, rssMb, lagP99 } satisfies ChainsFigures
+}).pipe(Effect.scoped, Effect.provide(Logger.minimumLogLevel(LogLevel.Error)))
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  Effect.runPromise(run).catch((error: unknown) => {
+    console.error(error)
+    process.exitCode = 1
+  })
+}
