@@ -4,7 +4,7 @@
  * PostgreSQL (+ Kafka when `KAFKA_BROKERS` is set) with `BENCH_BACKGROUND_WATCHES` (100,000)
  * open watches:
  *
- * - catch-up after an outage of `BENCH_OUTAGE_SECONDS` (3600) of every chain: the service
+ * - catch-up after an outage of `BENCH_OUTAGE_SECONDS` (300; 3600 for an hour) of every chain: the service
  *   starts at the blocks the chains had when the outage began and is timed until each chain
  *   is at its head, against a bare client fetching the same blocks from the same node (eight
  *   at a time per chain, all chains at once);
@@ -27,7 +27,7 @@ import { addWatches } from "./payments.ts"
 import { blockTime, headAt } from "./syntheticChains.ts"
 
 const settings = Config.all({
-  outageSeconds: Config.integer("BENCH_OUTAGE_SECONDS").pipe(Config.withDefault(3600)),
+  outageSeconds: Config.integer("BENCH_OUTAGE_SECONDS").pipe(Config.withDefault(300)),
   liveSeconds: Config.integer("BENCH_LIVE_SECONDS").pipe(Config.withDefault(60)),
   background: Config.integer("BENCH_BACKGROUND_WATCHES").pipe(Config.withDefault(100_000)),
   kafkaBrokers: Config.string("KAFKA_BROKERS").pipe(Config.withDefault(""))
