@@ -44,12 +44,6 @@ export class Addresses extends Effect.Service<Addresses>()("confirmd/Addresses",
         SELECT chain, address FROM addresses WHERE account_id = ${accountId}
         ORDER BY created_at, chain, address`.pipe(Effect.orDie)
 
-    const hasAny = (accountId: string, chain: ChainName) =>
-      sql`SELECT 1 FROM addresses WHERE account_id = ${accountId} AND chain = ${chain} LIMIT 1`.pipe(
-        Effect.orDie,
-        Effect.map((rows) => rows.length > 0)
-      )
-
     /**
      * Removes the address (on one chain when given). The address is matched as stored or in
      * lowercase, since EVM and bech32 addresses are stored lowercased.
@@ -83,6 +77,6 @@ export class Addresses extends Effect.Service<Addresses>()("confirmd/Addresses",
         )
         RETURNING address`.pipe(Effect.map((rows) => rows[0]?.address))
 
-    return { canonical, add, list, hasAny, remove, allocate } as const
+    return { canonical, add, list, remove, allocate } as const
   })
 }) {}
