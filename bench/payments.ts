@@ -212,7 +212,8 @@ const addHotWatches = (pool: pg.Pool, address: string, amount: bigint, count: nu
     pool.query(
       `INSERT INTO watches (id, kind, chain, address, amount_smallest, start_block, expires_at)
        SELECT gen_random_uuid(), 'payment', 'ethereum', $1, $2::numeric + k, 0, now() + interval '1 day'
-       FROM generate_series(0, $3::int - 1) AS k`,
+       FROM generate_series(0, $3::int - 1) AS k
+       ON CONFLICT (chain, address, amount_smallest) WHERE open DO NOTHING`,
       [address, amount.toString(), count]
     )
   )
