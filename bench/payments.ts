@@ -271,9 +271,31 @@ export const run = Effect.gen(function*() {
 
   // Distinct amounts (each request its own cent), then the hot address after the load.
   const distinct = (i: number) => (5 + (i % 100_000) / 100).toFixed(2)
+  // Memory and POST latency at each step of open watches, the smaller steps before the
+  // load of the comparison below, the larger ones after it.
+  const watchFigures: Array<PaymentsFigures["watches"][number]> = []
+  let open = 0
+  const growTo = (step: number) =>
+    Effect.gen(function*() {
+      yield* addWatches(pool, open, step)
+      open = step
+      const latency = yield* hammer(Math.min(200, s.requests), 1, (i) =>
+        post(`${app.baseUrl}/payments`, serviceKey, { usd_amount: distinct(sequence + i), chain: "ethereum", callback_url: hook })
+          .then(() => undefined))
+      sequence += 200
+      const rssMb = process.memoryUsage().rss / 2 ** 20
+      console.log(
+        `${String(open).padStart(9)} open watches: RSS ${rssMb.toFixed(0)} MB, POST /payments c=1 p50 ${latency.p50.toFixed(1)} ms, ` +
+          `p99 ${latency.p99.toFixed(1)} ms`
+      )
+      watchFigures.push({ open, rssMb, post: latency })
+    })
+
   const postFigures: Array<PaymentsFigures["post"][number]> = []
   for (const c of s.concurrency) postFigures.push(yield* postBoth("no other watches", c, distinct))
-  yield* addWatches(pool, 0, s.background)
+  for (const step of s.steps.filter((n) => n <= s.background)) yield* growTo(step)
+  if (open < s.background) yield* addWatches(pool, open, s.background)
+  open = Math.max(open, s.background)
   const hotUsd = "7.77"
   const hotAmount = usdToSmallest(BigDecimal.unsafeFromString(hotUsd), BigDecimal.unsafeFromString(ethPrice), 18)
   yield* addHotWatches(pool, serviceAddress, hotAmount, s.hot)
@@ -302,25 +324,7 @@ export const run = Effect.gen(function*() {
     getFigures.push({ concurrency: c, service, bare: bareRun })
   }
 
-  // Memory and latency as open watches grow (background rows added on top of the ones above).
-  const watchFigures: Array<PaymentsFigures["watches"][number]> = []
-  let open = s.background
-  for (const step of s.steps) {
-    if (step > open) {
-      yield* addWatches(pool, open, step)
-      open = step
-    }
-    const latency = yield* hammer(Math.min(200, s.requests), 1, (i) =>
-      post(`${app.baseUrl}/payments`, serviceKey, { usd_amount: distinct(sequence + i), chain: "ethereum", callback_url: hook })
-        .then(() => undefined))
-    sequence += 200
-    const rssMb = process.memoryUsage().rss / 2 ** 20
-    console.log(
-      `${String(open).padStart(9)} open watches: RSS ${rssMb.toFixed(0)} MB, POST /payments c=1 p50 ${latency.p50.toFixed(1)} ms, ` +
-        `p99 ${latency.p99.toFixed(1)} ms`
-    )
-    watchFigures.push({ open, rssMb, post: latency })
-  }
+  for (const step of s.steps.filter((n) => n > s.background)) yield* growTo(step)
   return { post: postFigures, get: getFigures, watches: watchFigures } satisfies PaymentsFigures
 }).pipe(Effect.scoped, Effect.provide(Logger.minimumLogLevel(LogLevel.Error)))
 
