@@ -62,14 +62,15 @@ const rpc = async (url: string, method: string, params: ReadonlyArray<unknown>) 
   return ((await response.json()) as { result: unknown }).result
 }
 
-/** The bare client: fetches and parses the full block at `height`. */
+/** The bare client: fetches and parses the full block at `height` (and its receipts, as the service reads them). */
 const fetchBlock = async (base: string, chain: ChainName, height: number) => {
   const url = `${base}/${chain}`
   if (chain === "bitcoin") {
     const hash = await rpc(url, "getblockhash", [height])
     await rpc(url, "getblock", [hash, 2])
   } else {
-    await rpc(url, "eth_getBlockByNumber", [`0x${height.toString(16)}`, true])
+    const tag = `0x${height.toString(16)}`
+    await Promise.all([rpc(url, "eth_getBlockByNumber", [tag, true]), rpc(url, "eth_getBlockReceipts", [tag])])
   }
 }
 

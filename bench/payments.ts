@@ -101,11 +101,12 @@ const watchSql = `
     SELECT $5::numeric
     UNION ALL
     SELECT amount + 1 FROM walk WHERE EXISTS (
-      SELECT 1 FROM watches w WHERE w.open AND w.chain = $3 AND w.address = $4 AND w.amount_smallest = walk.amount)
+      SELECT 1 FROM watches w
+      WHERE w.open AND w.chain = $3 AND w.asset = 'native' AND w.address = $4 AND w.amount_smallest = walk.amount)
   )
   INSERT INTO watches (id, kind, chain, address, amount_smallest, start_block, expires_at)
   SELECT $1, $2, $3, $4, max(amount), 0, now() + interval '1 hour' FROM walk
-  ON CONFLICT (chain, address, amount_smallest) WHERE open DO NOTHING
+  ON CONFLICT (chain, asset, address, amount_smallest) WHERE open DO NOTHING
   RETURNING amount_smallest::text AS amount`
 
 /**
@@ -213,7 +214,7 @@ const addHotWatches = (pool: pg.Pool, address: string, amount: bigint, count: nu
       `INSERT INTO watches (id, kind, chain, address, amount_smallest, start_block, expires_at)
        SELECT gen_random_uuid(), 'payment', 'ethereum', $1, $2::numeric + k, 0, now() + interval '1 day'
        FROM generate_series(0, $3::int - 1) AS k
-       ON CONFLICT (chain, address, amount_smallest) WHERE open DO NOTHING`,
+       ON CONFLICT (chain, asset, address, amount_smallest) WHERE open DO NOTHING`,
       [address, amount.toString(), count]
     )
   )

@@ -1,8 +1,8 @@
 /**
  * Ten local JSON-RPC chains that produce blocks at each chain's mainnet pace and typical
  * size, for the ten-chains and catch-up benchmarks. One HTTP server, one path per chain
- * (`/<chain>`): EVM chains answer `eth_chainId` (the real network's), `eth_blockNumber` and
- * `eth_getBlockByNumber` (JSON-RPC batches too); bitcoin answers Core's `getblockcount`,
+ * (`/<chain>`): EVM chains answer `eth_chainId` (the real network's), `eth_blockNumber`,
+ * `eth_getBlockByNumber` and `eth_getBlockReceipts` (no traces; JSON-RPC batches too); bitcoin answers Core's `getblockcount`,
  * `getblockhash` and `getblock <hash> 2`. Blocks are a pure function of (chain, height), so
  * any height below the head can be served at once; the head moves with the clock:
  * `head = BENCH_HISTORY_SECONDS / blockTime + (now − start) / blockTime`.
@@ -141,6 +141,26 @@ const answer = (chain: ChainName, call: Call, now: number): unknown => {
         if (height > head) return result(null)
         const block = evmBlock(chain, height)
         return result(params[1] === true ? block : { ...block, transactions: block.transactions.map((t) => t.hash) })
+      }
+      case "eth_getBlockReceipts": {
+        const height = Number(BigInt(String(params[0])))
+        if (height > head) return result(null)
+        const block = evmBlock(chain, height)
+        return result(block.transactions.map((t) => ({
+          transactionHash: t.hash,
+          transactionIndex: t.transactionIndex,
+          blockHash: block.hash,
+          blockNumber: block.number,
+          from: t.from,
+          to: t.to,
+          status: "0x1",
+          logs: [],
+          gasUsed: t.gas,
+          cumulativeGasUsed: t.gas,
+          effectiveGasPrice: t.gasPrice,
+          type: t.type,
+          contractAddress: null
+        })))
       }
     }
   }
