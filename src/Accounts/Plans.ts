@@ -17,7 +17,7 @@ export interface Plan {
 
 export const paidPlans: ReadonlyArray<PlanName> = ["growth", "scale"]
 
-/** The plan table of SPEC.md's Limits; only the starter donation minimum is configurable. */
+/** The plan table of the API contract's limits; only the starter donation minimum is configurable. */
 export const plans = (starterMinDonationUsd: number): ReadonlyArray<Plan> => [
   { name: "starter", monthlyEventLimit: 100, monthlyPriceUsd: 0, minDonationUsd: starterMinDonationUsd },
   { name: "growth", monthlyEventLimit: 10_000, monthlyPriceUsd: 49, minDonationUsd: 49 },

@@ -2,7 +2,7 @@
  * Per-chain address validation and canonical forms (pure).
  *
  * `canonicalAddress` returns `Either.right(canonical)` or `Either.left(message)`; the message
- * is written for a 400 response. Canonical forms (DESIGN.md): EVM lowercase; Bitcoin as
+ * is written for a 400 response. Canonical forms, compared as such everywhere: EVM lowercase; Bitcoin as
  * encoded, with bech32 lowercased (BIP-173 allows an all-uppercase spelling).
  */
 import { address as btcAddress, type Network } from "bitcoinjs-lib"

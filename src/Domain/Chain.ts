@@ -1,6 +1,6 @@
 import { Schema } from "effect"
 
-/** Merchant-side chain names (SPEC.md). */
+/** Merchant-side chain names of the API contract. */
 export const ChainName = Schema.Literal(
   "bitcoin",
   "ethereum",

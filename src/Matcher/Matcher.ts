@@ -10,7 +10,7 @@
  * - a reorg record identical to the last one applied is skipped (`last_reorg`);
  * - state moves are guarded by the current state, outbox rows collide on their event id.
  *
- * Decisions (SPEC.md leaves them open):
+ * Decisions where the API contract is silent (docs/decisions.md):
  * - Expiry is judged by the block's timestamp, not by the time the matcher runs: a transfer
  *   mined before `expires_at` matches even when the matcher processes it later (a lagging
  *   consumer, a restart), one mined at or after it does not. The outcome is the same on every

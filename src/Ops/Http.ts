@@ -1,6 +1,6 @@
 /**
  * Operator endpoints, served beside the API but kept out of its OpenAPI document (they are
- * not part of the merchant contract in SPEC.md; /docs stays the merchants' reference):
+ * not part of the merchant API contract; /docs stays the merchants' reference):
  *
  * - `GET /metrics`: Prometheus text format, for a scraper.
  * - `GET /ops/status`: the same state as JSON for humans.

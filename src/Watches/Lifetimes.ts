@@ -7,7 +7,7 @@ const seconds = (name: string) =>
     Config.map(Duration.seconds)
   )
 
-/** SPEC.md's lifetimes: payments (`PAYMENT_TTL`), signup intents, challenges; 3600 s each by default. */
+/** The API contract's lifetimes: payments (`PAYMENT_TTL`), signup intents, challenges; 3600 s each by default. */
 export const Lifetimes = Config.all({
   payment: seconds("PAYMENT_TTL"),
   signupIntent: seconds("SIGNUP_INTENT_TTL"),

@@ -3,7 +3,7 @@
  * `webhook_deliveries` / `outbox_events`) and consumers (the dispatcher, the relay, tests and
  * downstream systems decode them with the same schemas).
  *
- * - Webhook bodies, exactly as SPEC.md "Events": `PaymentCallback`, `ChallengeCallback`.
+ * - Webhook bodies, exactly as the API contract defines them: `PaymentCallback`, `ChallengeCallback`.
  * - `ConfirmationRecord`: the versioned JSON envelope of the `<prefix>.confirmations` topic,
  *   `{ version: 1, id, type, occurredAt, data }`, `data` per `type`.
  *
@@ -26,7 +26,7 @@ const BlockNumber = Schema.BigIntFromNumber.pipe(Schema.nonNegativeBigInt())
 const DecimalString = Schema.String.pipe(Schema.pattern(/^-?[0-9]+(\.[0-9]+)?$/))
 
 // ---------------------------------------------------------------------------------------
-// Webhook bodies (SPEC.md "Events")
+// Webhook bodies, as the API contract defines them
 // ---------------------------------------------------------------------------------------
 
 /**

@@ -1,6 +1,6 @@
 /**
  * Delivers the rows of `webhook_deliveries` (written by the matcher in its block transaction)
- * as JSON POSTs to their callback URLs, following SPEC.md "Delivery rules":
+ * as JSON POSTs to their callback URLs, following the API contract's delivery rules (README "The pipeline"):
  *
  * - 2xx is delivered; any other status, a timeout, a connection error or a refused target
  *   is a failed attempt.
