@@ -122,6 +122,7 @@ describe("chaos", () => {
         KAFKA_TOPIC_PREFIX: prefix,
         CHAINS: "ethereum",
         RPC_URL_ETHEREUM: anvil.url,
+        CHAIN_ID_ETHEREUM: "31337",
         POLL_INTERVAL_MS: "200",
         PRICE_FIXED_USD: "ETH=3000",
         CALLBACK_ALLOW_PRIVATE_NETWORKS: "true",

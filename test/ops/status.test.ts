@@ -59,6 +59,7 @@ describe("truthful status", () => {
         KAFKA_TOPIC_PREFIX: `test-status-${randomBytes(4).toString("hex")}`,
         CHAINS: "ethereum",
         RPC_URL_ETHEREUM: anvil.url,
+        CHAIN_ID_ETHEREUM: "31337",
         POLL_INTERVAL_MS: "200",
         PRICE_FIXED_USD: "ETH=3000",
         INGESTER_TAKEOVER_SECONDS: "3"

@@ -45,6 +45,7 @@ import { anvil } from "../support/Chains.ts"
 import { freshDatabase } from "../support/Database.ts"
 import { faultOnce } from "../support/Faults.ts"
 import { anvilUrl, eventually } from "../support/TestApp.ts"
+import { sampleCallback } from "../support/Deliveries.ts"
 import { WebhookReceiver } from "../support/WebhookReceiver.ts"
 import { block } from "../matcher/harness.ts"
 
@@ -96,6 +97,7 @@ const start = <E>(
         MATCHER_GROUP_ID: `${prefix}-matcher`,
         CHAINS: "ethereum",
         RPC_URL_ETHEREUM: anvilUrl(),
+        CHAIN_ID_ETHEREUM: "31337",
         CALLBACK_ALLOW_PRIVATE_NETWORKS: "true",
         RESTART_BACKOFF_MAX_MS: "500",
         ...env
@@ -245,16 +247,7 @@ describe("every supervised fiber comes back from a fault", () => {
       const fired = yield* faultOnce(env.sql, "webhook_deliveries", "UPDATE")
       yield* env.run
       const outbox = Context.get(env.base, Outbox)
-      const delivery = paymentDelivery(receiver.url, {
-        paymentId: randomUUID(),
-        userId: randomUUID(),
-        chain: "ethereum",
-        address: "0x1111111111111111111111111111111111111111",
-        txHash: `0x${"ab".repeat(32)}`,
-        blockNumber: 19_000_123n,
-        confirmations: 2,
-        expectedAmountWei: 1_234_567_890_123_456_789n
-      })
+      const delivery = paymentDelivery(receiver.url, sampleCallback())
       // The account's signing secret, as signup creates it.
       yield* Effect.orDie(env.sql`
         INSERT INTO webhook_secrets (id, owner_id, secret) VALUES (${randomUUID()}, ${delivery.signer}, ${newWebhookSecret()})`)

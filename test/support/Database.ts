@@ -4,7 +4,8 @@
  */
 import { Reactivity } from "@effect/experimental"
 import { PgClient } from "@effect/sql-pg"
-import { Effect, Redacted } from "effect"
+import { ConfigProvider, Effect, Layer, Redacted } from "effect"
+import { DatabaseLive } from "../../src/Database/Database.ts"
 import { randomBytes } from "node:crypto"
 
 export const serverUrl = (): string => process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
@@ -25,3 +26,9 @@ export const freshDatabase = Effect.acquireRelease(
   }),
   ({ name }) => admin((sql) => sql`DROP DATABASE IF EXISTS ${sql(name)} WITH (FORCE)`)
 )
+
+/** The service's database layer on a fresh database of its own (dropped with the layer). */
+export const DatabaseTest = Layer.unwrapScoped(
+  Effect.map(freshDatabase, (db) =>
+    DatabaseLive.pipe(Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map([["DATABASE_URL", db.url]]))))))
+).pipe(Layer.orDie)

@@ -2,54 +2,23 @@
 // takes, a running attempt keeps its lease, and a dead replica's lease runs out quickly.
 import { expect, layer } from "@effect/vitest"
 import { SqlClient } from "@effect/sql"
-import { ConfigProvider, Context, Effect, Layer } from "effect"
+import { Effect } from "effect"
 import { randomUUID } from "node:crypto"
-import { DatabaseLive } from "../../src/Database/Database.ts"
-import { Outbox } from "../../src/Outbox/Outbox.ts"
-import { Supervisor } from "../../src/Supervision/Supervisor.ts"
-import { type PaymentCallback, paymentDelivery } from "../../src/Webhooks/Payloads.ts"
+import { paymentDelivery } from "../../src/Webhooks/Payloads.ts"
 import { newWebhookSecret } from "../../src/Webhooks/Signing.ts"
-import { WebhookDispatcher, WebhookDispatcherLive } from "../../src/Webhooks/WebhookDispatcher.ts"
-import { freshDatabase } from "../support/Database.ts"
+import { DatabaseTest } from "../support/Database.ts"
+import { sampleCallback, startDispatcher } from "../support/Deliveries.ts"
 import { faultOnce } from "../support/Faults.ts"
 import { eventually } from "../support/TestApp.ts"
 import { WebhookReceiver } from "../support/WebhookReceiver.ts"
 
-const DatabaseTest = Layer.unwrapScoped(
-  Effect.map(freshDatabase, (db) =>
-    DatabaseLive.pipe(Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map([["DATABASE_URL", db.url]]))))))
-).pipe(Layer.orDie)
 
-/** One dispatcher (a replica) in the caller's scope. */
-const startDispatcher = (config: Record<string, string> = {}) =>
-  Effect.gen(function*() {
-    const context = yield* Layer.build(
-      WebhookDispatcherLive.pipe(
-        Layer.provide(Layer.mergeAll(Supervisor.Default, Outbox.Default)),
-        Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map(Object.entries({
-          CALLBACK_ALLOW_PRIVATE_NETWORKS: "true",
-          ...config
-        })))))
-      )
-    )
-    return Context.get(context, WebhookDispatcher)
-  }).pipe(Effect.orDie)
 
-const callback = (): PaymentCallback => ({
-  paymentId: randomUUID(),
-  userId: randomUUID(),
-  chain: "ethereum",
-  address: "0x1111111111111111111111111111111111111111",
-  txHash: `0x${"ab".repeat(32)}`,
-  blockNumber: 19_000_123n,
-  confirmations: 2,
-  expectedAmountWei: 1_000_000_000_000_000_001n
-})
 
 const insertDelivery = (url: string) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const row = paymentDelivery(url, callback())
+    const row = paymentDelivery(url, sampleCallback())
     // The account's signing secret, as signup creates it.
     yield* sql`INSERT INTO webhook_secrets (id, owner_id, secret) VALUES (${randomUUID()}, ${row.signer}, ${newWebhookSecret()})`
     yield* sql`INSERT INTO webhook_deliveries (id, url, payload, signer)

@@ -6,7 +6,6 @@ import { PgClient } from "@effect/sql-pg"
 import { ConfigProvider, Context, Duration, Effect, Layer, Schedule, Stream } from "effect"
 import { Kafka, logLevel } from "kafkajs"
 import { randomUUID } from "node:crypto"
-import { DatabaseLive } from "../../src/Database/Database.ts"
 import { EventLog } from "../../src/EventLog/EventLog.ts"
 import { EventLogLive } from "../../src/EventLog/Live.ts"
 import { OutboxRelay, OutboxRelayLive } from "../../src/Webhooks/OutboxRelay.ts"
@@ -17,16 +16,12 @@ import {
   encodeConfirmationRecord,
   outboxRow
 } from "../../src/Webhooks/Payloads.ts"
-import { freshDatabase } from "../support/Database.ts"
+import { DatabaseTest } from "../support/Database.ts"
 import { Supervisor } from "../../src/Supervision/Supervisor.ts"
 import { Outbox } from "../../src/Outbox/Outbox.ts"
 
 const runId = `${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`
 
-const DatabaseTest = Layer.unwrapScoped(
-  Effect.map(freshDatabase, (db) =>
-    DatabaseLive.pipe(Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map([["DATABASE_URL", db.url]]))))))
-).pipe(Layer.orDie)
 
 /** The relay and its EventLog (Kafka when `brokers` is given, else embedded), in the caller's scope. */
 const startRelay = (prefix: string, brokers?: string) =>

@@ -3,53 +3,23 @@ import { describe, expect, it, layer } from "@effect/vitest"
 import { Webhook } from "standardwebhooks"
 import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
-import { ConfigProvider, Context, Duration, Effect, Exit, Layer, Schedule, Scope } from "effect"
+import { Duration, Effect, Exit, Schedule, Scope } from "effect"
 import { randomUUID } from "node:crypto"
-import { DatabaseLive } from "../../src/Database/Database.ts"
 import { paymentDelivery, type PaymentCallback, encodePaymentCallback } from "../../src/Webhooks/Payloads.ts"
-import { publicOnlyLookup, retryDelay, WebhookDispatcher, WebhookDispatcherLive } from "../../src/Webhooks/WebhookDispatcher.ts"
+import { publicOnlyLookup, retryDelay } from "../../src/Webhooks/WebhookDispatcher.ts"
 import { newWebhookSecret } from "../../src/Webhooks/Signing.ts"
-import { freshDatabase } from "../support/Database.ts"
+import { DatabaseTest } from "../support/Database.ts"
+import { sampleCallback, startDispatcher } from "../support/Deliveries.ts"
 import { WebhookReceiver } from "../support/WebhookReceiver.ts"
-import { Supervisor } from "../../src/Supervision/Supervisor.ts"
-import { Outbox } from "../../src/Outbox/Outbox.ts"
 
-const DatabaseTest = Layer.unwrapScoped(
-  Effect.map(freshDatabase, (db) =>
-    DatabaseLive.pipe(Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map([["DATABASE_URL", db.url]]))))))
-).pipe(Layer.orDie)
 
-/** The dispatcher with test configuration, built in the caller's scope. */
-const startDispatcher = (config: Record<string, string> = {}) =>
-  Effect.gen(function*() {
-    const context = yield* Layer.build(
-      WebhookDispatcherLive.pipe(
-        Layer.provide(Layer.mergeAll(Supervisor.Default, Outbox.Default)),
-        Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map(Object.entries({
-          CALLBACK_ALLOW_PRIVATE_NETWORKS: "true",
-          ...config
-        })))))
-      )
-    )
-    return Context.get(context, WebhookDispatcher)
-  }).pipe(Effect.orDie)
 
-const callback = (): PaymentCallback => ({
-  paymentId: randomUUID(),
-  userId: randomUUID(),
-  chain: "ethereum",
-  address: "0x1111111111111111111111111111111111111111",
-  txHash: `0x${"ab".repeat(32)}`,
-  blockNumber: 19_000_123n,
-  confirmations: 2,
-  expectedAmountWei: 1_234_567_890_123_456_789n
-})
 
 /**
  * Inserts a delivery the way the matcher does, with a signing secret for its account (as
  * signup creates one); returns the row and the secret.
  */
-const insertDelivery = (url: string, body: PaymentCallback = callback()) =>
+const insertDelivery = (url: string, body: PaymentCallback = sampleCallback()) =>
   Effect.gen(function*() {
     const sql = yield* PgClient.PgClient
     const row = paymentDelivery(url, body)
@@ -128,7 +98,7 @@ layer(DatabaseTest, { timeout: "120 seconds", excludeTestServices: true })("Webh
     Effect.gen(function*() {
       const receiver = yield* WebhookReceiver.make()
       const dispatcher = yield* startDispatcher()
-      const body = callback()
+      const body = sampleCallback()
       const committed = Date.now()
       const row = yield* insertDelivery(receiver.url, body)
       yield* dispatcher.wake
