@@ -229,6 +229,7 @@ describe("TRACES_<CHAIN>=on", () => {
         Effect.withConfigProvider(ConfigProvider.fromMap(new Map([
           ["CHAINS", "ethereum"],
           ["RPC_URL_ETHEREUM", proxy.url],
+          ["CHAIN_ID_ETHEREUM", "31337"],
           ["TRACES_ETHEREUM", "on"]
         ])))
       )

@@ -34,6 +34,7 @@ describe("logs of upstream failures", () => {
         PORT: String(port),
         CHAINS: "ethereum,bnb",
         RPC_URL_ETHEREUM: anvilUrl(),
+        CHAIN_ID_ETHEREUM: "31337",
         RPC_URL_BNB: `http://operator:node-secret@127.0.0.1:${deadNode}/v1/node-secret?key=node-secret`,
         PRICE_COINGECKO_URL: `http://127.0.0.1:${deadPrices}`,
         POLL_INTERVAL_MS: "200",
