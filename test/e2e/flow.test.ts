@@ -5,10 +5,10 @@
  */
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { Kafka, logLevel } from "kafkajs"
 import { randomBytes } from "node:crypto"
 import { anvil, bitcoin } from "../support/Chains.ts"
 import { App, eventually, type Json, subscribe } from "../support/TestApp.ts"
+import { downstreamRecords } from "../support/Downstream.ts"
 import { WebhookReceiver } from "../support/WebhookReceiver.ts"
 
 /** anvil dev accounts 3 and 4: merchant receive addresses (funds only ever arrive there). */
@@ -221,21 +221,7 @@ for (const variant of variants) {
 
         it.scoped("a downstream kafkajs consumer reads one confirmation record per event", () =>
           Effect.gen(function*() {
-            const kafka = new Kafka({ brokers: [process.env.KAFKA_BROKERS ?? "127.0.0.1:9092"], logLevel: logLevel.NOTHING })
-            const consumer = kafka.consumer({ groupId: `downstream-${prefix}` })
-            const records: Array<{ key: string; value: Json }> = []
-            yield* Effect.acquireRelease(
-              Effect.promise(async () => {
-                await consumer.connect()
-                await consumer.subscribe({ topic: `${prefix}.confirmations`, fromBeginning: true })
-                await consumer.run({
-                  eachMessage: async ({ message }) => {
-                    records.push({ key: message.key?.toString() ?? "", value: JSON.parse(message.value?.toString() ?? "null") })
-                  }
-                })
-              }),
-              () => Effect.promise(() => consumer.disconnect())
-            )
+            const records = yield* downstreamRecords(`${prefix}.confirmations`, `downstream-${prefix}`)
             const expected = [...seenIds]
             yield* eventually(Effect.sync(() => records.length), (n) => n >= expected.length, 60)
             for (const { id, type } of expected) {

@@ -4,12 +4,12 @@
  */
 import { expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
-import { Kafka, logLevel } from "kafkajs"
 import { randomBytes } from "node:crypto"
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts"
 import { anvil } from "../support/Chains.ts"
 import { call, deploy } from "../support/Contracts.ts"
 import { App, eventually, type Json, subscribe, type TestApp } from "../support/TestApp.ts"
+import { downstreamRecords } from "../support/Downstream.ts"
 import { WebhookReceiver } from "../support/WebhookReceiver.ts"
 
 const freshAddress = () => privateKeyToAccount(generatePrivateKey()).address.toLowerCase()
@@ -48,21 +48,7 @@ const statusOf = (app: TestApp, key: string, id: string) =>
 /** The first record of the confirmations topic keyed by `id`. */
 const confirmationOf = (id: string) =>
   Effect.gen(function*() {
-    const kafka = new Kafka({ brokers: [process.env.KAFKA_BROKERS ?? "127.0.0.1:9092"], logLevel: logLevel.NOTHING })
-    const consumer = kafka.consumer({ groupId: `downstream-${prefix}-${randomBytes(2).toString("hex")}` })
-    const records: Array<{ key: string; value: Json }> = []
-    yield* Effect.acquireRelease(
-      Effect.promise(async () => {
-        await consumer.connect()
-        await consumer.subscribe({ topic: `${prefix}.confirmations`, fromBeginning: true })
-        await consumer.run({
-          eachMessage: async ({ message }) => {
-            records.push({ key: message.key?.toString() ?? "", value: JSON.parse(message.value?.toString() ?? "null") })
-          }
-        })
-      }),
-      () => Effect.promise(() => consumer.disconnect())
-    )
+    const records = yield* downstreamRecords(`${prefix}.confirmations`, `downstream-${prefix}-${randomBytes(2).toString("hex")}`)
     const mine = yield* eventually(Effect.sync(() => records.filter((r) => r.key === id)), (found) => found.length > 0, 60)
     return mine[0]!.value
   })
