@@ -15,7 +15,7 @@ import { PNG } from "pngjs"
 import puppeteer, { type Browser, type Page } from "puppeteer-core"
 import { anvil } from "../support/Chains.ts"
 import { call, deploy } from "../support/Contracts.ts"
-import { App, subscribe } from "../support/TestApp.ts"
+import { App, subscribe, type TestApp } from "../support/TestApp.ts"
 
 // jsqr is CommonJS whose `exports.default` is the decoder; interop may hand over either level.
 const jsQR: typeof jsQRModule.default =
@@ -25,6 +25,18 @@ const SHOP = "0x15d34aaf54267db7d7c367839aaf71a00a2c6a65"
 const DONATION_BTC = "rb1qqgpqyqszqgpqyqszqgpqyqszqgpqyqszgde5ep"
 const PHONE = { width: 390, height: 844, deviceScaleFactor: 2, isMobile: true, hasTouch: true }
 const artifacts = resolve(import.meta.dirname, "../../test-artifacts")
+
+/** A merchant with SHOP registered on ethereum creates a payment; its key and the payment. */
+const shopPayment = (app: TestApp, payment: Record<string, string>) =>
+  Effect.gen(function*() {
+    const key = yield* subscribe(app)
+    yield* app.request("POST", "/addresses", { key, json: { chain: "ethereum", addresses: [SHOP] } })
+    const created = yield* app.request("POST", "/payments", {
+      key,
+      json: { chain: "ethereum", callback_url: "http://127.0.0.1:9/hook", ...payment }
+    })
+    return { key, payment: created.body }
+  })
 
 const browser = Effect.acquireRelease(
   Effect.promise(async () => {
@@ -82,12 +94,7 @@ layer(
   it.scoped("shows the exact EIP-681 URI as a QR code and moves from waiting to paid while open", () =>
     Effect.gen(function*() {
       const app = yield* App
-      const key = yield* subscribe(app)
-      yield* app.request("POST", "/addresses", { key, json: { chain: "ethereum", addresses: [SHOP] } })
-      const payment = (yield* app.request("POST", "/payments", {
-        key,
-        json: { usd_amount: "19.99", chain: "ethereum", callback_url: "http://127.0.0.1:9/hook" }
-      })).body
+      const { key, payment } = yield* shopPayment(app, { usd_amount: "19.99" })
       expect(payment.payment_id).toBeDefined()
 
       const chromium = yield* browser
@@ -184,12 +191,7 @@ layer(App.layer({ CALLBACK_ALLOW_PRIVATE_NETWORKS: "true", PAYMENT_TTL: "4" }), 
   it.scoped("counts down and shows the payment expired without a reload", () =>
     Effect.gen(function*() {
       const app = yield* App
-      const key = yield* subscribe(app)
-      yield* app.request("POST", "/addresses", { key, json: { chain: "ethereum", addresses: [SHOP] } })
-      const payment = (yield* app.request("POST", "/payments", {
-        key,
-        json: { usd_amount: "1", chain: "ethereum", callback_url: "http://127.0.0.1:9/hook" }
-      })).body
+      const { payment } = yield* shopPayment(app, { usd_amount: "1" })
       const chromium = yield* browser
       const { page } = yield* phonePage(chromium)
       yield* Effect.promise(() => page.goto(`${app.baseUrl}/pay/${payment.payment_id}`))
@@ -215,12 +217,7 @@ layer(withToken, { excludeTestServices: true })("checkout page for a token", (it
     Effect.gen(function*() {
       const app = yield* App
       const usdc = yield* Usdc
-      const key = yield* subscribe(app)
-      yield* app.request("POST", "/addresses", { key, json: { chain: "ethereum", addresses: [SHOP] } })
-      const payment = (yield* app.request("POST", "/payments", {
-        key,
-        json: { usd_amount: "12.5", chain: "ethereum", asset: "USDC", callback_url: "http://127.0.0.1:9/hook" }
-      })).body
+      const { payment } = yield* shopPayment(app, { usd_amount: "12.5", asset: "USDC" })
       expect(payment.asset).toBe("USDC")
 
       const chromium = yield* browser
