@@ -4,11 +4,17 @@
  * (default 20) of them paying a watch exactly and the rest going to other addresses or
  * amounts. Every matched payment becomes PAID two blocks later (webhook and outbox rows).
  *
- * Three runs, each on a fresh database: the blocks applied directly (`Matcher.apply`, the
+ * Runs, each on a fresh database: the blocks applied directly (`Matcher.apply`, the
  * database alone), then published first and consumed by `MatcherLive` through the embedded
  * EventLog, and through Kafka when `KAFKA_BROKERS` is set. The database is the PostgreSQL
  * server of `DATABASE_URL` (a fresh database per run, dropped afterwards) or, when unset, an
  * embedded PGlite in a temporary directory.
+ *
+ * The raw baseline (PostgreSQL only): the rows the direct run wrote (payments detected and
+ * PAID, detections, watches closed, webhook deliveries, confirmation events, the cursor) are
+ * read back and written again into a fresh database with the same watches by a bare `pg`
+ * client, one autocommitted statement per block: the cost of committing the same rows with
+ * nothing to find out first.
  *
  *   npx tsx bench/matcher.ts      (or `run` from bench/index.ts)
  */
@@ -17,6 +23,7 @@ import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
 import { Config, ConfigProvider, Context, Effect, Layer, Logger, LogLevel, Option, Redacted, Stream } from "effect"
 import { randomBytes } from "node:crypto"
+import pg from "pg"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import * as path from "node:path"
@@ -121,6 +128,8 @@ export const freshDatabase = (databaseUrl: Option.Option<string>) =>
 /**
  * One account and `count` PENDING ethereum payments `k = 0 .. count - 1`, each with its open
  * watch (`watchedAddress(k)`, `watchedAmount(k)`) and the callback URL `<callbackBase>/<k>`.
+ * Payment ids are derived from `k`, the same in every database, so that the rows one run
+ * wrote can be written into another.
  */
 export const insertWatches = (count: number, callbackBase = "https://93.184.216.34/hook") =>
   Effect.gen(function*() {
@@ -135,7 +144,7 @@ export const insertWatches = (count: number, callbackBase = "https://93.184.216.
     yield* sql`
       INSERT INTO payments (id, account_id, chain, address, amount_smallest, usd_amount, callback_url, status,
                             start_block, expires_at)
-      SELECT gen_random_uuid(), ${account}, 'ethereum', '0x' || lpad(to_hex(k % ${addressCount}), 40, '0'),
+      SELECT md5('confirmd-bench-' || k)::uuid, ${account}, 'ethereum', '0x' || lpad(to_hex(k % ${addressCount}), 40, '0'),
              1000000 + k, 10, ${callbackBase}::text || '/' || k::text, 'PENDING', 0, now() + interval '1 day'
       FROM generate_series(0, ${count - 1}) AS k`
     yield* sql`
@@ -176,25 +185,152 @@ const measure = (mode: Mode, s: Settings, blocks: ReadonlyArray<BlockRecord>) =>
       )
     }
     const seconds = (performance.now() - started) / 1000
-    const [counts] = yield* Effect.flatMap(SqlClient.SqlClient, (sql) =>
-      sql<{ paid: string; detected: string; deliveries: string }>`
-        SELECT (SELECT count(*) FROM payments WHERE status = 'PAID')::text AS paid,
-               (SELECT count(*) FROM detections)::text AS detected,
-               (SELECT count(*) FROM webhook_deliveries)::text AS deliveries`).pipe(Effect.provide(base))
-    const transfers = blocks.length * transfersPerBlock
+    const perSecond = yield* report(mode, blocks.length, seconds).pipe(Effect.provide(base))
+    return { perSecond, written: yield* readWritten.pipe(Effect.provide(base)) }
+  }).pipe(Effect.scoped)
+
+/** Prints a run's figures and what it wrote; transfers per second. */
+const report = (mode: Mode | "raw", blockCount: number, seconds: number) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const [counts] = yield* sql<{ paid: string; detected: string; deliveries: string }>`
+      SELECT (SELECT count(*) FROM payments WHERE status = 'PAID')::text AS paid,
+             (SELECT count(*) FROM detections)::text AS detected,
+             (SELECT count(*) FROM webhook_deliveries)::text AS deliveries`
+    const transfers = blockCount * transfersPerBlock
     yield* Effect.sync(() =>
       console.log(
-        `matcher ${mode.padEnd(8)}: ${blocks.length} blocks, ${transfers} transfers in ${seconds.toFixed(2)} s = ` +
-          `${(blocks.length / seconds).toFixed(1)} blocks/s, ${Math.round(transfers / seconds)} transfers/s ` +
+        `matcher ${mode.padEnd(8)}: ${blockCount} blocks, ${transfers} transfers in ${seconds.toFixed(2)} s = ` +
+          `${(blockCount / seconds).toFixed(1)} blocks/s, ${Math.round(transfers / seconds)} transfers/s ` +
           `(${counts!.detected} detections, ${counts!.paid} PAID, ${counts!.deliveries} webhook rows; ` +
-          `${((seconds * 1000) / blocks.length).toFixed(1)} ms per block)`
+          `${((seconds * 1000) / blockCount).toFixed(1)} ms per block)`
       )
     )
     return transfers / seconds
+  })
+
+/** The rows one block's application wrote, as the raw baseline writes them again. */
+interface BlockWrites {
+  readonly number: string
+  readonly hash: string
+  readonly detected: Array<{ readonly id: string; readonly txHash: string }>
+  readonly paid: Array<{ readonly id: string; readonly confirmations: number }>
+  readonly deliveries: Array<{ readonly id: string; readonly url: string; readonly payload: string; readonly signer: string }>
+  readonly events: Array<{ readonly id: string; readonly key: string; readonly type: string; readonly payload: string }>
+}
+
+/**
+ * What the run wrote, by the block that wrote it: a payment is detected in its transfer's
+ * block and becomes PAID (closing its watch, with its webhook delivery and `payment.paid`
+ * event) in the block that brought its confirmations to the threshold.
+ */
+const readWritten = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const byBlock = new Map<string, BlockWrites>()
+  const at = (number: string) => {
+    let writes = byBlock.get(number)
+    if (writes === undefined) {
+      writes = { number, hash: hash(Number(number)), detected: [], paid: [], deliveries: [], events: [] }
+      byBlock.set(number, writes)
+    }
+    return writes
+  }
+  for (const row of yield* sql<{ id: string; tx_hash: string; block: string }>`
+    SELECT watch_id::text AS id, tx_hash, block_number::text AS block FROM detections`) {
+    at(row.block).detected.push({ id: row.id, txHash: row.tx_hash })
+  }
+  const paidAt = `(p.block_number + p.confirmations - 1)::text`
+  for (const row of yield* sql<{ id: string; confirmations: number; block: string }>`
+    SELECT p.id::text AS id, p.confirmations, ${sql.literal(paidAt)} AS block FROM payments p WHERE p.status = 'PAID'`) {
+    at(row.block).paid.push({ id: row.id, confirmations: row.confirmations })
+  }
+  for (const row of yield* sql<{ id: string; url: string; payload: string; signer: string; block: string }>`
+    SELECT w.id, w.url, w.payload::text AS payload, w.signer::text AS signer, ${sql.literal(paidAt)} AS block
+    FROM webhook_deliveries w JOIN payments p ON w.id = 'payment.paid:' || p.id::text`) {
+    at(row.block).deliveries.push({ id: row.id, url: row.url, payload: row.payload, signer: row.signer })
+  }
+  for (const row of yield* sql<{ id: string; key: string; type: string; payload: string; block: string }>`
+    SELECT e.id, e.key, e.type, e.payload::text AS payload, ${sql.literal(paidAt)} AS block
+    FROM outbox_events e JOIN payments p ON e.key = p.id::text`) {
+    at(row.block).events.push({ id: row.id, key: row.key, type: row.type, payload: row.payload })
+  }
+  return byBlock
+})
+
+/**
+ * One autocommitted statement per block writing exactly `writes`: the detections and the
+ * payments they detect, the payments made PAID and their watches closed, the outbox rows
+ * and the cursor.
+ */
+const rawBlockStatement = `
+  WITH detected AS (
+    UPDATE payments p SET tx_hash = d.tx_hash, block_number = $1::bigint, block_hash = $2, confirmations = 1
+    FROM unnest($3::uuid[], $4::text[]) AS d (id, tx_hash) WHERE p.id = d.id
+  ),
+  recorded AS (
+    INSERT INTO detections (watch_id, kind, chain, tx_hash, block_number, block_hash)
+    SELECT id, 'payment', 'ethereum', tx_hash, $1::bigint, $2 FROM unnest($3::uuid[], $4::text[]) AS d (id, tx_hash)
+  ),
+  paid AS (
+    UPDATE payments p SET status = 'PAID', confirmations = d.confirmations, paid_at = now()
+    FROM unnest($5::uuid[], $6::int[]) AS d (id, confirmations) WHERE p.id = d.id
+  ),
+  closed AS (UPDATE watches SET open = false WHERE id = ANY($5::uuid[])),
+  delivered AS (
+    INSERT INTO webhook_deliveries (id, url, payload, signer)
+    SELECT * FROM unnest($7::text[], $8::text[], $9::jsonb[], $10::uuid[])
+  ),
+  evented AS (
+    INSERT INTO outbox_events (id, key, type, payload) SELECT * FROM unnest($11::text[], $12::text[], $13::text[], $14::jsonb[])
+  )
+  UPDATE matcher_cursors SET number = $1::bigint, hash = $2, updated_at = clock_timestamp() WHERE chain = 'ethereum'`
+
+/** The raw baseline: the direct run's rows committed by a bare `pg` client into a fresh database. */
+const measureRaw = (s: Settings, databaseUrl: string, blocks: ReadonlyArray<BlockRecord>, written: ReadonlyMap<string, BlockWrites>) =>
+  Effect.gen(function*() {
+    const database = yield* freshDatabase(Option.some(databaseUrl))
+    const config = Layer.setConfigProvider(ConfigProvider.fromMap(new Map(Object.entries({ ...database, CHAINS: "ethereum" }))))
+    const base = yield* Layer.build(DatabaseLive.pipe(Layer.provide(config)))
+    yield* insertWatches(s.watches).pipe(Effect.provide(base))
+    const client = yield* Effect.acquireRelease(
+      Effect.promise(async () => {
+        const c = new pg.Client({ connectionString: database.DATABASE_URL })
+        await c.connect()
+        await c.query("INSERT INTO matcher_cursors (chain, number, hash) VALUES ('ethereum', 0, $1)", [hash(0)])
+        return c
+      }),
+      (c) => Effect.promise(() => c.end())
+    )
+    const statements = blocks.map((block) => {
+      const w = written.get(block.number.toString())
+      return [
+        block.number.toString(),
+        block.hash,
+        w?.detected.map((d) => d.id) ?? [],
+        w?.detected.map((d) => d.txHash) ?? [],
+        w?.paid.map((p) => p.id) ?? [],
+        w?.paid.map((p) => p.confirmations) ?? [],
+        w?.deliveries.map((d) => d.id) ?? [],
+        w?.deliveries.map((d) => d.url) ?? [],
+        w?.deliveries.map((d) => d.payload) ?? [],
+        w?.deliveries.map((d) => d.signer) ?? [],
+        w?.events.map((e) => e.id) ?? [],
+        w?.events.map((e) => e.key) ?? [],
+        w?.events.map((e) => e.type) ?? [],
+        w?.events.map((e) => e.payload) ?? []
+      ]
+    })
+    const started = performance.now()
+    yield* Effect.promise(async () => {
+      for (const values of statements) await client.query(rawBlockStatement, values)
+    })
+    const seconds = (performance.now() - started) / 1000
+    return yield* report("raw", blocks.length, seconds).pipe(Effect.provide(base))
   }).pipe(Effect.scoped)
 
-/** Transfers per second by mode (Kafka only when `KAFKA_BROKERS` is set). */
-export type MatcherFigures = Partial<Record<Mode, number>>
+
+/** Transfers per second by mode (Kafka only when `KAFKA_BROKERS` is set, raw only on PostgreSQL). */
+export type MatcherFigures = Partial<Record<Mode | "raw", number>>
 
 export const run = Effect.gen(function*() {
   const s = yield* settings
@@ -205,15 +341,17 @@ export const run = Effect.gen(function*() {
         `${s.matchesPerBlock} matching; database ${Option.isSome(s.databaseUrl) ? "PostgreSQL (DATABASE_URL)" : "embedded PGlite"}`
     )
   )
-  const figures: MatcherFigures = {
-    direct: yield* measure("direct", s, blocks),
-    embedded: yield* measure("embedded", s, blocks)
-  }
+  const direct = yield* measure("direct", s, blocks)
+  const raw = yield* Option.match(s.databaseUrl, {
+    onNone: () => Effect.as(Effect.sync(() => console.log("matcher raw     : skipped (needs DATABASE_URL)")), {}),
+    onSome: (url) => Effect.map(measureRaw(s, url, blocks, direct.written), (perSecond) => ({ raw: perSecond }))
+  })
+  const figures: MatcherFigures = { direct: direct.perSecond, ...raw, embedded: (yield* measure("embedded", s, blocks)).perSecond }
   if (s.kafkaBrokers.trim() === "") {
     yield* Effect.sync(() => console.log("matcher kafka   : skipped (KAFKA_BROKERS unset)"))
     return figures
   }
-  return { ...figures, kafka: yield* measure("kafka", s, blocks) }
+  return { ...figures, kafka: (yield* measure("kafka", s, blocks)).perSecond }
 }).pipe(Effect.provide(Logger.minimumLogLevel(LogLevel.Error)))
 
 if (import.meta.url === `file://${process.argv[1]}`) {
