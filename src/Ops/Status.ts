@@ -14,6 +14,7 @@ import type { ChainName } from "../Domain/Chain.ts"
 import { EventLog, type PartitionLag } from "../EventLog/EventLog.ts"
 import { blocksTopic } from "../Ingest/BlockMessage.ts"
 import { type IngesterState, IngesterRegistry } from "../Ingest/IngesterRegistry.ts"
+import type { HeadSource } from "../Ingest/NewHeads.ts"
 import { MatcherGroupId } from "../Matcher/Consumer.ts"
 import { Matcher, type MatcherStatus } from "../Matcher/Matcher.ts"
 import { chainLockKey, LOCK_APPLICATION_PREFIX, LOCK_NAMESPACE, type LockMode, lockSettingsConfig } from "../Ingest/ChainLocks.ts"
@@ -47,6 +48,8 @@ export interface ChainStatus {
   readonly reorgs: number
   /** How this replica's ingester reads the chain (EVM: receipts, traces); null elsewhere. */
   readonly reading: BlockReading | null
+  /** How this replica's ingester learns of new blocks now; null where it does not run. */
+  readonly headSource: HeadSource | null
   readonly lastError: string | null
 }
 
@@ -262,6 +265,7 @@ export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus",
           restarts: status?.restarts ?? 0,
           reorgs: status?.reorgs ?? 0,
           reading: status?.reading ?? null,
+          headSource: running ? status.headSource : null,
           lastError: status?.lastError ?? null
         }
       })
@@ -331,6 +335,7 @@ export const toJson = (snapshot: Snapshot) => {
       restarts: chain.restarts,
       reorgs: chain.reorgs,
       reading: chain.reading,
+      head_source: chain.headSource,
       last_error: chain.lastError
     })),
     fibers: snapshot.fibers.map((fiber) => ({

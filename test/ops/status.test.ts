@@ -46,6 +46,8 @@ describe("truthful status", () => {
       const seconds = (Date.now() - answered) / 1000
       expect(seconds).toBeLessThan(5)
       expect(fiberOf(up, "ingester ethereum")).toMatchObject({ failing: false, state: "running" })
+      // No WebSocket endpoint: it learns of new blocks by polling.
+      expect(chainOf(up)).toMatchObject({ head_source: "polling" })
       console.log(`node used again ${seconds.toFixed(1)} s after it answered`)
     }), { timeout: 120_000 })
 
@@ -84,7 +86,7 @@ describe("truthful status", () => {
         (s) => chainOf(s)?.holder === "replica-2" && chainOf(s)?.state === "standby" && (fiberOf(s, "chain-locks")?.restarts ?? 0) >= 1,
         30
       )
-      expect(chainOf(back)).toMatchObject({ held_here: false, head_lag_seconds: null })
+      expect(chainOf(back)).toMatchObject({ held_here: false, head_lag_seconds: null, head_source: null })
       expect(back.errors.filter((e: string) => e.includes("ethereum"))).toEqual([])
     }), { timeout: 180_000 })
 })
