@@ -33,6 +33,8 @@
  *   the ingester at once (NewHeads.ts); polling at the interval above goes on while it is
  *   down. While it is live, the ingester polls only every `SUBSCRIBED_POLL_INTERVAL_MS`
  *   (30000), in case a notification is lost.
+ * - `BITCOIN_ZMQ_URL` (bitcoin): Bitcoin Core's `zmqpubhashblock` endpoint, whose
+ *   notifications wake the ingester the same way (HashBlocks.ts).
  */
 import { NodeSocket } from "@effect/platform-node"
 import { Config, ConfigError, Duration, Effect, Either, Layer, Option, Stream } from "effect"
@@ -44,15 +46,19 @@ import { blockRecords, type BlockRef, blocksTopic, outgoing, type ReorgRecord } 
 import { IngestCursors, type Tip } from "./Cursor.ts"
 import { IngesterRegistry } from "./IngesterRegistry.ts"
 import { Supervisor } from "../Supervision/Supervisor.ts"
-import { subscribeNewHeads } from "./NewHeads.ts"
+import { hashBlocksUrlConfig, subscribeHashBlocks } from "./HashBlocks.ts"
+import { type HeadSource, subscribeNewHeads } from "./NewHeads.ts"
 
 export interface IngestSettings {
   readonly concurrency: number
   readonly reorgDepth: number
   readonly pollInterval: Duration.Duration
   readonly startBlock: Option.Option<bigint>
-  /** `WS_URL_<CHAIN>` and the chain id it must serve. */
-  readonly newHeads: Option.Option<{ readonly url: string; readonly chainId: number }>
+  /** Where new blocks are announced: `WS_URL_<CHAIN>` and the chain id it must serve, or `BITCOIN_ZMQ_URL`. */
+  readonly newHeads: Option.Option<
+    | { readonly protocol: "websocket"; readonly url: string; readonly chainId: number }
+    | { readonly protocol: "zmq"; readonly url: string }
+  >
   readonly subscribedPollInterval: Duration.Duration
 }
 
@@ -81,13 +87,16 @@ export const ingestSettingsConfig = (chain: ChainName): Config.Config<IngestSett
           ? Either.right(BigInt(text.trim()))
           : Either.left(ConfigError.InvalidData([startName], `${startName} must be a block height`)))
     )),
-    newHeads: chain === "bitcoin" ? Config.succeed(Option.none()) : Config.option(Config.all({
-      url: Config.url(`WS_URL_${upper}`).pipe(
-        Config.validate({ message: `WS_URL_${upper} must be a ws:// or wss:// URL`, validation: (url) => /^wss?:$/.test(url.protocol) }),
-        Config.map((url) => url.href)
-      ),
-      chainId: chainIdConfig(chain)
-    })),
+    newHeads: chain === "bitcoin"
+      ? Config.option(Config.all({ protocol: Config.succeed("zmq" as const), url: hashBlocksUrlConfig }))
+      : Config.option(Config.all({
+        protocol: Config.succeed("websocket" as const),
+        url: Config.url(`WS_URL_${upper}`).pipe(
+          Config.validate({ message: `WS_URL_${upper} must be a ws:// or wss:// URL`, validation: (url) => /^wss?:$/.test(url.protocol) }),
+          Config.map((url) => url.href)
+        ),
+        chainId: chainIdConfig(chain)
+      })),
     subscribedPollInterval: atLeastOne("SUBSCRIBED_POLL_INTERVAL_MS").pipe(Config.withDefault(30_000), Config.map(Duration.millis))
   })
 }
@@ -103,14 +112,12 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
     const batch = BigInt(settings.concurrency * 16)
     const supervisor = yield* Supervisor
     // The subscription outlives failed attempts: it is the node's, not the attempt's.
-    const heads = yield* Effect.transposeMapOption(settings.newHeads, ({ chainId, url }) =>
-      subscribeNewHeads({
-        chain,
-        url,
-        chainId,
-        openTimeout: Duration.seconds(10),
-        onState: (headSource) => registry.update(chain, (s) => ({ ...s, headSource }))
-      }))
+    const heads = yield* Effect.transposeMapOption(settings.newHeads, (source) => {
+      const onState = (headSource: HeadSource) => registry.update(chain, (s) => ({ ...s, headSource }))
+      return source.protocol === "zmq"
+        ? subscribeHashBlocks({ chain, url: source.url, onState })
+        : subscribeNewHeads({ chain, url: source.url, chainId: source.chainId, openTimeout: Duration.seconds(10), onState })
+    })
 
     /**
      * Until the next block: the next announced head, or the poll interval. Polling is slow
