@@ -5,11 +5,13 @@
 //
 //   node JSON-RPC:   http://confirmd:confirmd@127.0.0.1:$BITCOIN_RPC_PORT (18443)
 //   wallet JSON-RPC: http://confirmd:confirmd@127.0.0.1:$BITCOIN_WALLET_RPC_PORT (18445)
+//   ZMQ hashblock:   tcp://127.0.0.1:$BITCOIN_ZMQ_PORT (28332)
 //
 // Authentication is HTTP basic with password = api key ("confirmd"); the user
 // name is not checked.
 
 const bcoin = require('bcoin');
+const zmq = require('zeromq');
 
 // Some RPC handlers format addresses with the default network; make it regtest
 // so they print rb1... / m... / n... / 2... addresses, not mainnet ones.
@@ -68,7 +70,27 @@ rpc.scriptToJSON = function (script, hex) {
   return json;
 };
 
+// Bitcoin Core's zmqpubhashblock, so that a client of it works here unchanged:
+// a multipart message [topic "hashblock", the 32-byte block hash in RPC byte
+// order, a 4-byte little-endian sequence number counting from 0] each time a
+// block joins the main chain.
+const hashblock = new zmq.Publisher();
+let hashblockSequence = 0;
+let hashblockSent = Promise.resolve();
+node.chain.on('connect', (entry) => {
+  const sequence = Buffer.alloc(4);
+  sequence.writeUInt32LE(hashblockSequence);
+  hashblockSequence = (hashblockSequence + 1) >>> 0;
+  // entry.rhash() is the hash as RPC shows it (entry.hash is in internal order).
+  const message = ['hashblock', Buffer.from(entry.rhash(), 'hex'), sequence];
+  // One send at a time, in order; a send that fails must not stop the chain.
+  hashblockSent = hashblockSent
+    .then(() => hashblock.send(message))
+    .catch((err) => console.error(err));
+});
+
 const shutdown = () => {
+  hashblock.close();
   node.close().then(
     () => process.exit(0),
     (err) => {
@@ -82,6 +104,8 @@ process.on('SIGTERM', shutdown);
 process.on('SIGINT', shutdown);
 
 (async () => {
+  // Bound before the node answers RPC, so a node that answers also publishes.
+  await hashblock.bind(`tcp://${host}:${Number(env('BITCOIN_ZMQ_PORT', '28332'))}`);
   await node.ensure();
   await node.open();
   console.log(`regtest node ready on ${host}:${node.http.options.port}`);

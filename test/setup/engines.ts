@@ -38,6 +38,7 @@ const engines = Effect.gen(function*() {
   const anvil = yield* port("ANVIL_PORT", 8545)
   const rpc = yield* port("BITCOIN_RPC_PORT", 18443)
   const wallet = yield* port("BITCOIN_WALLET_RPC_PORT", 18445)
+  const zmq = yield* port("BITCOIN_ZMQ_PORT", 28332)
   const kafka = yield* port("KAFKA_PORT", 9092)
   const list: ReadonlyArray<Engine> = [
     {
@@ -57,7 +58,8 @@ const engines = Effect.gen(function*() {
       variable: "BITCOIN_RPC_URL",
       exports: {
         BITCOIN_RPC_URL: `http://confirmd:confirmd@127.0.0.1:${rpc}`,
-        BITCOIN_WALLET_RPC_URL: `http://confirmd:confirmd@127.0.0.1:${wallet}`
+        BITCOIN_WALLET_RPC_URL: `http://confirmd:confirmd@127.0.0.1:${wallet}`,
+        BITCOIN_ZMQ_URL: `tcp://127.0.0.1:${zmq}`
       },
       stoppable: true
     },
