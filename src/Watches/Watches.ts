@@ -2,19 +2,22 @@
  * Every open expectation (payment, signup intent, challenge) is one row in `watches`. A partial
  * unique index over open watches guarantees that no transfer can match two of them: when the
  * requested amount is taken on that address (for that asset), it is raised by one smallest unit
- * until it is free.
+ * until it is free. The database function `open_watch` (migrations/00009_open_watch.ts) does
+ * that search and the insert in one call, with openings on one address taking turns.
  *
- * `create` is the one way a payment, a signup intent or a challenge comes to be: quote (price
- * and chain head, before any transaction), then in one transaction the caller's preparation
- * (an event consumed, an address allocated, an account created), the watch at its unique
- * amount and the caller's row; then the amounts and times formatted once for every response.
+ * `open` is the one way a payment, a signup intent or a challenge comes to be: quote (price
+ * and chain head, before any transaction), then the caller's write, which opens the watch
+ * through `Opening.openOn` and writes its own row atomically; then the amounts and times
+ * formatted once for every response. `create` is that write as one transaction of the
+ * caller's preparation, the watch and the caller's row.
  *
  * The chain head a watch starts after is the one this replica's ingester saw last, when it is
  * recent; otherwise the node is asked.
  */
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
-import { Duration, Effect, Option } from "effect"
+import type { Fragment } from "@effect/sql/Statement"
+import { Duration, Effect, Option, Schema } from "effect"
 import type { BigDecimal } from "effect"
 import { nativeAsset } from "../Chains/Block.ts"
 import { type ChainName, chains } from "../Domain/Chain.ts"
@@ -27,18 +30,6 @@ import { toUpstream } from "../Http/Upstream.ts"
 import { randomUUID } from "node:crypto"
 
 export type WatchKind = "payment" | "intent" | "challenge"
-
-export interface NewWatch {
-  readonly id: string
-  readonly kind: WatchKind
-  readonly chain: ChainName
-  readonly address: string
-  /** What pays it: `native`, or the token contract (lowercase). */
-  readonly asset: string
-  readonly amount: bigint
-  readonly startBlock: bigint | null
-  readonly expiresAt: Date
-}
 
 /** What pays a watch: the chain's native coin, or one token contract. */
 export type WatchAsset =
@@ -69,17 +60,62 @@ export interface Opened<P> {
   readonly prepared: P
 }
 
-export interface CreateRequest<P, E, R> {
+interface WatchRequest {
   readonly kind: WatchKind
   readonly chain: ChainName
   readonly asset: WatchAsset
   readonly usd: BigDecimal.BigDecimal
   readonly lifetime: Duration.Duration
+}
+
+/** A watch about to be opened: what the caller's row needs, and the SQL that opens it. */
+export interface Opening {
+  readonly id: string
+  readonly expiresAt: Date
+  /** The chain head when the watch was opened; null when this replica does not monitor the chain. */
+  readonly startBlock: bigint | null
+  readonly usdText: string
+  /**
+   * An SQL expression that opens the watch on `address` (a value, or a column of the caller's
+   * statement) at the first free amount ≥ the quoted one, and is that amount.
+   */
+  readonly openOn: (address: string | Fragment) => Fragment
+}
+
+/** Where the caller's write opened the watch, and at which amount. */
+export interface Written<P> {
+  readonly address: string
+  readonly amount: bigint
+  readonly prepared: P
+}
+
+export interface OpenRequest<P, E, R> extends WatchRequest {
+  /** Opens the watch through `opening.openOn` and writes the caller's rows, atomically. */
+  readonly write: (opening: Opening) => Effect.Effect<Written<P>, E | SqlError, R>
+}
+
+export interface CreateRequest<P, E, R> extends WatchRequest {
   /** In the transaction, before the watch: what the row needs, with the receive address. */
   readonly prepare: (id: string) => Effect.Effect<{ readonly address: string; readonly prepared: P }, E | SqlError, R>
   /** In the transaction, after the watch: the caller's row, at the amount to pay. */
   readonly insert: (opened: Opened<P>) => Effect.Effect<unknown, E | SqlError, R>
 }
+
+/** The one row of `SELECT open_watch(...)::text AS amount`. */
+const decodeAmount = Schema.decodeUnknown(Schema.Tuple(Schema.Struct({ amount: Schema.BigInt })))
+
+const openedOf = <P>(request: WatchRequest, opening: Opening, written: Written<P>): Opened<P> => ({
+  id: opening.id,
+  chain: request.chain,
+  address: written.address,
+  amount: written.amount,
+  amountText: formatSmallest(written.amount, decimalsOf(request.chain, request.asset)),
+  usdText: opening.usdText,
+  expiresAt: opening.expiresAt,
+  expiresAtText: opening.expiresAt.toISOString(),
+  startBlock: opening.startBlock,
+  prepared: written.prepared
+})
 
 export class Watches extends Effect.Service<Watches>()("confirmd/Watches", {
   effect: Effect.gen(function*() {
@@ -88,93 +124,53 @@ export class Watches extends Effect.Service<Watches>()("confirmd/Watches", {
     const chainClients = yield* ChainClients
     const ingesters = yield* IngesterRegistry
 
-    /**
-     * The head a new watch starts after: the ingester's, seen within three block times (at
-     * least 5 s), else the node's. Never ahead of the node, so no later block is skipped.
-     */
-    const head = (chain: ChainName) =>
-      Effect.flatMap(
-        ingesters.recentHead(chain, Duration.millis(Math.max(5_000, 3 * chains[chain].blockTimeMs))),
-        Option.match({ onNone: () => chainClients.head(chain), onSome: Effect.succeed })
-      )
+    /** The head this replica's ingester saw within three block times (at least 5 s), if any. */
+    const recentHead = (chain: ChainName) =>
+      chainClients.isEnabled(chain)
+        ? ingesters.recentHead(chain, Duration.millis(Math.max(5_000, 3 * chains[chain].blockTimeMs)))
+        : Effect.succeedNone
 
     /**
-     * The exact smallest-unit amount for `usd` on `chain` and the chain head now (null when the
-     * chain is not monitored here); both run before any transaction is opened.
+     * The exact smallest-unit amount for `usd` on `chain` and the head a new watch starts
+     * after (null when the chain is not monitored here); both before any transaction is opened.
+     * The head is the ingester's when recent, else the node's, asked alongside the price: never
+     * ahead of the node, so no later block is skipped.
      */
-    const quote = (chain: ChainName, asset: WatchAsset, usd: BigDecimal.BigDecimal) =>
-      Effect.all({
-        price: asset._tag === "native"
-          ? prices.usdPrice(chains[chain].symbol)
-          : Effect.succeed<BigDecimal.BigDecimal>(asset.token.usdPrice) as Effect.Effect<BigDecimal.BigDecimal, PriceUnavailable>,
-        head: chainClients.isEnabled(chain) ? head(chain) : Effect.succeed(null)
-      }, { concurrency: "unbounded" }).pipe(
-        Effect.map(({ head, price }) => ({ amount: usdToSmallest(usd, price, decimalsOf(chain, asset)), head }))
-      )
+    const quote = (chain: ChainName, asset: WatchAsset, usd: BigDecimal.BigDecimal) => {
+      const price = asset._tag === "native"
+        ? prices.usdPrice(chains[chain].symbol)
+        : Effect.succeed<BigDecimal.BigDecimal>(asset.token.usdPrice) as Effect.Effect<BigDecimal.BigDecimal, PriceUnavailable>
+      const amountOf = (priceUsd: BigDecimal.BigDecimal) => usdToSmallest(usd, priceUsd, decimalsOf(chain, asset))
+      return Effect.flatMap(recentHead(chain), (recent) =>
+        Option.isSome(recent) || !chainClients.isEnabled(chain)
+          // No fiber forked when only the price may have to be fetched: the usual case.
+          ? Effect.map(price, (priceUsd) => ({ amount: amountOf(priceUsd), head: Option.getOrNull(recent) }))
+          : Effect.zipWith(price, chainClients.head(chain), (priceUsd, head) => ({ amount: amountOf(priceUsd), head }), {
+            concurrent: true
+          }))
+    }
 
-    /**
-     * Inserts the watch at the first free amount ≥ the requested one, found in the same
-     * statement by walking up the taken amounts on the address; returns that amount.
-     */
-    const open = (watch: NewWatch): Effect.Effect<bigint, SqlError> =>
+    const open = <P, E, R>(request: OpenRequest<P, E, R>) =>
       Effect.gen(function*() {
-        for (;;) {
-          const inserted = yield* sql<{ amount: string }>`
-            WITH RECURSIVE walk (amount) AS (
-              SELECT ${watch.amount.toString()}::numeric
-              UNION ALL
-              SELECT amount + 1 FROM walk WHERE EXISTS (
-                SELECT 1 FROM watches w
-                WHERE w.open AND w.chain = ${watch.chain} AND w.asset = ${watch.asset} AND w.address = ${watch.address}
-                  AND w.amount_smallest = walk.amount)
-            )
-            INSERT INTO watches (id, kind, chain, address, asset, amount_smallest, start_block, expires_at)
-            SELECT ${watch.id}, ${watch.kind}, ${watch.chain}, ${watch.address}, ${watch.asset}, max(amount),
-                   ${watch.startBlock === null ? null : watch.startBlock.toString()}::bigint, ${watch.expiresAt}
-            FROM walk
-            ON CONFLICT (chain, asset, address, amount_smallest) WHERE open DO NOTHING
-            RETURNING amount_smallest::text AS amount`
-          // Otherwise a concurrent creation took that amount first; it is visible to the next walk.
-          if (inserted[0] !== undefined) return BigInt(inserted[0].amount)
-        }
-      })
-
-    const create = <P, E, R>(request: CreateRequest<P, E, R>) =>
-      Effect.gen(function*() {
-        const { asset, chain } = request
+        const { asset, chain, kind } = request
         const quoted = yield* quote(chain, asset, request.usd).pipe(Effect.mapError(toUpstream))
         const id = randomUUID()
         const expiresAt = new Date(Date.now() + Duration.toMillis(request.lifetime))
-        const opened = yield* Effect.gen(function*() {
-          const { address, prepared } = yield* request.prepare(id)
-          const amount = yield* open({
-            id,
-            kind: request.kind,
-            chain,
-            address,
-            asset: transferAsset(asset),
-            amount: quoted.amount,
-            startBlock: quoted.head,
-            expiresAt
-          })
-          const opened: Opened<P> = {
-            id,
-            chain,
-            address,
-            amount,
-            amountText: formatSmallest(amount, decimalsOf(chain, asset)),
-            usdText: formatDecimal(request.usd),
-            expiresAt,
-            expiresAtText: expiresAt.toISOString(),
-            startBlock: quoted.head,
-            prepared
-          }
-          yield* request.insert(opened)
-          return opened
-        }).pipe(sql.withTransaction, Effect.catchTag("SqlError", Effect.die))
-        yield* Effect.logInfo(`${request.kind} created`).pipe(
+        const startBlock = quoted.head === null ? null : quoted.head.toString()
+        const opening: Opening = {
+          id,
+          expiresAt,
+          startBlock: quoted.head,
+          usdText: formatDecimal(request.usd),
+          openOn: (address) =>
+            sql`open_watch(${id}::uuid, ${kind}, ${chain}, ${transferAsset(asset)}, ${address}, ${quoted.amount.toString()}::numeric,
+                           ${startBlock}::bigint, ${expiresAt}::timestamptz)`
+        }
+        const written = yield* request.write(opening).pipe(Effect.catchTag("SqlError", Effect.die))
+        const opened = openedOf(request, opening, written)
+        yield* Effect.logInfo(`${kind} created`).pipe(
           Effect.annotateLogs({
-            [`${request.kind}Id`]: id,
+            [`${kind}Id`]: id,
             chain,
             address: opened.address,
             asset: transferAsset(asset),
@@ -182,6 +178,20 @@ export class Watches extends Effect.Service<Watches>()("confirmd/Watches", {
           })
         )
         return opened
+      })
+
+    const create = <P, E, R>(request: CreateRequest<P, E, R>) =>
+      open<P, E, R>({
+        ...request,
+        write: (opening) =>
+          Effect.gen(function*() {
+            const { address, prepared } = yield* request.prepare(opening.id)
+            const rows = yield* sql`SELECT ${opening.openOn(address)}::text AS amount`
+            const [{ amount }] = yield* decodeAmount(rows).pipe(Effect.orDie)
+            const written: Written<P> = { address, amount, prepared }
+            yield* request.insert(openedOf(request, opening, written))
+            return written
+          }).pipe(sql.withTransaction)
       })
 
     return { quote, open, create } as const

@@ -1,8 +1,9 @@
 import { Reactivity } from "@effect/experimental"
 import { PgClient } from "@effect/sql-pg"
 import { expect, layer } from "@effect/vitest"
-import { Effect, Redacted } from "effect"
-import { App, eventually, subscribe } from "../support/TestApp.ts"
+import { Effect, FastCheck as fc, Redacted } from "effect"
+import { randomBytes, randomUUID } from "node:crypto"
+import { App, eventually, subscribe, type TestApp } from "../support/TestApp.ts"
 
 const ETH_A = "0x1111111111111111111111111111111111111111"
 const ETH_B = "0x2222222222222222222222222222222222222222"
@@ -15,6 +16,10 @@ const expectedSmallest = (usdCents: bigint, priceMilli: bigint, decimals: number
   const denominator = priceMilli * 100n
   return (numerator + denominator - 1n) / denominator
 }
+
+/** A client of the app's own database, for setting up what the API cannot (closed once the test ends). */
+const databaseOf = (app: TestApp) =>
+  PgClient.make({ url: Redacted.make(app.databaseUrl), maxConnections: 2 }).pipe(Effect.provide(Reactivity.layer), Effect.orDie)
 
 const merchantWith = (addresses: ReadonlyArray<string>, chain = "ethereum") =>
   Effect.gen(function*() {
@@ -201,6 +206,81 @@ layer(App.layer({ CALLBACK_ALLOW_PRIVATE_NETWORKS: "false", PRICE_CACHE_SECONDS:
       expect(r.body.error.hint).toContain("PRICE_FIXED_USD")
       expect((yield* app.request("GET", "/account", { key })).body.events_used).toBe(0)
     }))
+})
+
+layer(App.layer(), { excludeTestServices: true })("free amounts", (it) => {
+  /** The rule: the requested amount, raised by one smallest unit while an open watch holds it. */
+  const firstFree = (taken: ReadonlySet<bigint>, requested: bigint) => {
+    let amount = requested
+    while (taken.has(amount)) amount += 1n
+    return amount
+  }
+
+  it.effect("a watch opens at the first amount ≥ the requested one that no open watch of its chain, asset and address holds", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const db = yield* databaseOf(app)
+      const base = 10n ** 30n
+      const offsets = fc.uniqueArray(fc.integer({ min: 0, max: 40 }), { maxLength: 30 })
+      const insert = (address: string, asset: string, amount: bigint, open: boolean) =>
+        db`
+          INSERT INTO watches (id, kind, chain, address, asset, amount_smallest, expires_at, open)
+          VALUES (${randomUUID()}, 'payment', 'ethereum', ${address}, ${asset}, ${amount.toString()}::numeric,
+                  now() + interval '1 hour', ${open})`
+      const property = fc.asyncProperty(
+        offsets,
+        offsets,
+        offsets,
+        fc.array(fc.integer({ min: 0, max: 40 }), { minLength: 1, maxLength: 8 }),
+        (open, closed, elsewhere, requests) =>
+          Effect.runPromise(Effect.gen(function*() {
+            const address = `0x${randomBytes(20).toString("hex")}`
+            const taken = new Set(open.map((offset) => base + BigInt(offset)))
+            for (const offset of open) yield* insert(address, "native", base + BigInt(offset), true)
+            // Closed watches, other assets and other addresses hold nothing here.
+            for (const offset of closed) yield* insert(address, "native", base + BigInt(offset), false)
+            for (const offset of elsewhere) {
+              yield* insert(address, "0x00000000000000000000000000000000000000cc", base + BigInt(offset), true)
+              yield* insert(`${address}ff`, "native", base + BigInt(offset), true)
+            }
+            for (const offset of requests) {
+              const requested = base + BigInt(offset)
+              const rows = yield* db<{ amount: string }>`
+                SELECT open_watch(${randomUUID()}::uuid, 'payment', 'ethereum', 'native', ${address}, ${requested.toString()}::numeric,
+                                  NULL::bigint, now() + interval '1 hour')::text AS amount`
+              const expected = firstFree(taken, requested)
+              expect(BigInt(rows[0]!.amount)).toBe(expected)
+              taken.add(expected)
+            }
+          }).pipe(Effect.orDie))
+      )
+      yield* Effect.promise(() => fc.assert(property, { numRuns: 60 }))
+    }).pipe(Effect.scoped))
+
+  it.effect("finds the end of long runs of taken amounts, with and without a gap far above", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const db = yield* databaseOf(app)
+      const base = 10n ** 30n
+      /** Opens at `base` on a fresh address whose open watches hold `base` .. `base + run - 1`, but for `base + gap`. */
+      const openAbove = (run: number, gap = -1) =>
+        Effect.gen(function*() {
+          const address = `0x${randomBytes(20).toString("hex")}`
+          yield* db`
+            INSERT INTO watches (id, kind, chain, address, amount_smallest, expires_at)
+            SELECT gen_random_uuid(), 'payment', 'ethereum', ${address}, ${base.toString()}::numeric + k, now() + interval '1 hour'
+            FROM generate_series(0, ${run - 1}::int) AS k WHERE k <> ${gap}::int`
+          const rows = yield* db<{ amount: string }>`
+            SELECT open_watch(${randomUUID()}::uuid, 'payment', 'ethereum', 'native', ${address}, ${base.toString()}::numeric,
+                              NULL::bigint, now() + interval '1 hour')::text AS amount`
+          return BigInt(rows[0]!.amount) - base
+        }).pipe(Effect.orDie)
+      expect(yield* openAbove(65_535)).toBe(65_535n)
+      expect(yield* openAbove(65_536)).toBe(65_536n)
+      expect(yield* openAbove(70_000)).toBe(70_000n)
+      expect(yield* openAbove(70_000, 66_000)).toBe(66_000n)
+      expect(yield* openAbove(70_000, 3)).toBe(3n)
+    }).pipe(Effect.scoped), { timeout: 60_000 })
 })
 
 layer(App.layer({ STARTER_MIN_DONATION_USD: "5" }), { excludeTestServices: true })("event allowance", (it) => {
