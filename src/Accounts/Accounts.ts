@@ -4,11 +4,19 @@
  * old key stops working with the rotation's commit.
  */
 import { SqlClient } from "@effect/sql"
-import { Effect, Option, Redacted } from "effect"
+import type { Fragment } from "@effect/sql/Statement"
+import { Effect, Option, Redacted, Schema } from "effect"
 import { createHash, randomBytes, randomUUID } from "node:crypto"
-import { accountPending, forbidden, tooManyRequests, unauthorized } from "../Http/Errors.ts"
+import {
+  accountPending,
+  type Forbidden,
+  forbidden,
+  type TooManyRequests,
+  tooManyRequests,
+  unauthorized
+} from "../Http/Errors.ts"
 import { WebhookSecrets } from "../Webhooks/WebhookSecrets.ts"
-import { BILLING_PERIOD_DAYS, type Plan, type PlanName, plans, StarterMinDonationUsd } from "./Plans.ts"
+import { BILLING_PERIOD_DAYS, type Plan, PlanName, plans, StarterMinDonationUsd } from "./Plans.ts"
 
 const API_KEY = /^[0-9a-f]{64}$/
 
@@ -16,17 +24,45 @@ export const hashApiKey = (key: string): string => createHash("sha256").update(k
 
 const newApiKey = (): string => randomBytes(32).toString("hex")
 
-export interface SubscriptionRow {
-  readonly plan: PlanName
-  readonly status: "pending" | "active"
-  readonly events_used: number
-  readonly period_start: Date
-  readonly period_end: Date
-}
+export const SubscriptionRow = Schema.Struct({
+  plan: PlanName,
+  status: Schema.Literal("pending", "active"),
+  events_used: Schema.Int,
+  period_start: Schema.DateFromSelf,
+  period_end: Schema.DateFromSelf
+})
+export type SubscriptionRow = typeof SubscriptionRow.Type
+
+const decodeSubscriptionRows = Schema.decodeUnknown(Schema.Array(SubscriptionRow))
 
 export interface AccountRow {
   readonly id: string
   readonly email: string | null
+}
+
+const noSubscription = forbidden("No active subscription: subscribe with POST /account/subscribe")
+
+const limitReached = (plan: Plan, current: SubscriptionRow) =>
+  tooManyRequests(
+    `Monthly event limit of ${plan.monthlyEventLimit} reached for plan ${plan.name}; it resets at ${current.period_end.toISOString()}`
+  )
+
+/**
+ * Why `subscription` cannot take an event at `now`, if it cannot: 403 without one or while it
+ * is pending, 429 at its plan's limit. A period that has ended counts as the fresh one the
+ * allowance statement rolls it over to.
+ */
+export const refusalOf = (
+  subscription: Option.Option<SubscriptionRow>,
+  planOf: (name: PlanName) => Plan,
+  now: Date
+): Option.Option<Forbidden | TooManyRequests> => {
+  if (Option.isNone(subscription)) return Option.some(noSubscription)
+  const current = subscription.value
+  if (current.status === "pending") return Option.some(accountPending)
+  const plan = planOf(current.plan)
+  const used = current.period_end.getTime() <= now.getTime() ? 0 : current.events_used
+  return used >= plan.monthlyEventLimit ? Option.some(limitReached(plan, current)) : Option.none()
 }
 
 /** `period_end` advanced by whole billing periods until it lies in the future. */
@@ -89,35 +125,19 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
 
     /** The subscription with its billing period rolled forward if it has ended. */
     const subscription = (accountId: string) =>
-      sql<SubscriptionRow>`
+      sql`
         UPDATE subscriptions SET
           events_used = 0,
           period_start = ${rolledPeriodEnd(sql)} - make_interval(days => ${BILLING_PERIOD_DAYS}),
           period_end = ${rolledPeriodEnd(sql)},
           updated_at = now()
         WHERE account_id = ${accountId} AND period_end <= now()`.pipe(
-        Effect.zipRight(sql<SubscriptionRow>`
+        Effect.zipRight(sql`
           SELECT plan, status, events_used, period_start, period_end
           FROM subscriptions WHERE account_id = ${accountId}`),
+        Effect.flatMap(decodeSubscriptionRows),
+        Effect.orDie,
         Effect.map((rows) => Option.fromNullable(rows[0]))
-      )
-
-    /** The active subscription and its plan, or the 403/429 the caller gets instead. */
-    const requireActive = (accountId: string) =>
-      Effect.gen(function*() {
-        const current = yield* subscription(accountId).pipe(Effect.orDie)
-        if (Option.isNone(current)) {
-          return yield* forbidden("No active subscription: subscribe with POST /account/subscribe")
-        }
-        if (current.value.status === "pending") return yield* accountPending
-        const plan = planOf(current.value.plan)
-        if (current.value.events_used >= plan.monthlyEventLimit) return yield* limitReached(plan, current.value)
-        return { subscription: current.value, plan }
-      })
-
-    const limitReached = (plan: Plan, current: SubscriptionRow) =>
-      tooManyRequests(
-        `Monthly event limit of ${plan.monthlyEventLimit} reached for plan ${plan.name}; it resets at ${current.period_end.toISOString()}`
       )
 
     /** Each plan's monthly event limit, as SQL (the names and numbers are the plan table's). */
@@ -126,27 +146,34 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
     )
 
     /**
-     * Takes one event of the monthly allowance in one statement, rolling an ended billing
-     * period forward first: concurrent callers can never take more than the limit. Run
-     * inside the payment's transaction (last, so the row lock is short) so a failed creation
-     * returns it. Only a refusal reads the subscription again, to say why.
+     * Takes one event of the monthly allowance when `when` holds, rolling an ended billing
+     * period forward first: the body of a CTE of the caller's statement, which returns a row
+     * when the event was taken. One UPDATE, so concurrent callers can never take more than the
+     * limit, and the creation it belongs to commits with it or not at all.
      */
-    const consumeEvent = (accountId: string) =>
-      Effect.gen(function*() {
-        const taken = yield* sql`
-          UPDATE subscriptions SET
-            events_used = CASE WHEN period_end <= now() THEN 1 ELSE events_used + 1 END,
-            period_start = CASE WHEN period_end <= now()
-              THEN ${rolledPeriodEnd(sql)} - make_interval(days => ${BILLING_PERIOD_DAYS}) ELSE period_start END,
-            period_end = CASE WHEN period_end <= now() THEN ${rolledPeriodEnd(sql)} ELSE period_end END,
-            updated_at = now()
-          WHERE account_id = ${accountId} AND status = 'active'
-            AND (CASE WHEN period_end <= now() THEN 0 ELSE events_used END) < ${eventLimit}
-          RETURNING events_used`.pipe(Effect.orDie)
-        if (taken.length > 0) return
-        const { plan, subscription } = yield* requireActive(accountId)
-        return yield* limitReached(plan, subscription)
-      })
+    const takeEvent = (accountId: string, when: Fragment) =>
+      sql`
+        UPDATE subscriptions SET
+          events_used = CASE WHEN period_end <= now() THEN 1 ELSE events_used + 1 END,
+          period_start = CASE WHEN period_end <= now()
+            THEN ${rolledPeriodEnd(sql)} - make_interval(days => ${BILLING_PERIOD_DAYS}) ELSE period_start END,
+          period_end = CASE WHEN period_end <= now() THEN ${rolledPeriodEnd(sql)} ELSE period_end END,
+          updated_at = now()
+        WHERE account_id = ${accountId} AND status = 'active'
+          AND (CASE WHEN period_end <= now() THEN 0 ELSE events_used END) < ${eventLimit}
+          AND ${when}
+        RETURNING events_used`
+
+    /**
+     * Why `takeEvent` took nothing: the 403/429 of the subscription now; when it allows an
+     * event again (a concurrent change), the limit it was at then.
+     */
+    const refusal = (accountId: string) =>
+      Effect.map(subscription(accountId), (current): Forbidden | TooManyRequests =>
+        Option.match(current, {
+          onNone: () => noSubscription,
+          onSome: (row) => Option.getOrElse(refusalOf(current, planOf, new Date()), () => limitReached(planOf(row.plan), row))
+        }))
 
     /**
      * Creates or changes the plan. A pending subscription becomes active and keeps its usage
@@ -162,6 +189,6 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
     const activate = (accountId: string) =>
       sql`UPDATE subscriptions SET status = 'active', updated_at = now() WHERE account_id = ${accountId} AND status = 'pending'`
 
-    return { authenticate, create, rotateApiKey, find, subscription, requireActive, consumeEvent, subscribe, activate, plans: planTable, planOf } as const
+    return { authenticate, create, rotateApiKey, find, subscription, takeEvent, refusal, subscribe, activate, plans: planTable, planOf } as const
   })
 }) {}

@@ -1,4 +1,5 @@
 import { SqlClient } from "@effect/sql"
+import type { Fragment } from "@effect/sql/Statement"
 import { Effect, Either } from "effect"
 import { canonicalAddress, bitcoinParamsConfig } from "../Domain/Address.ts"
 import { type ChainName, chainNames } from "../Domain/Chain.ts"
@@ -62,21 +63,25 @@ export class Addresses extends Effect.Service<Addresses>()("confirmd/Addresses",
       })
 
     /**
-     * Allocates a receive address for a payment: the least-used one, so payments spread over
-     * all of the caller's addresses on that chain. Runs inside the payment's transaction.
+     * The caller's least-used address on `chain`, so payments spread over all of them, locked
+     * until the commit (a concurrent removal waits for it): the body of a CTE of the payment's
+     * statement.
      */
-    const allocate = (accountId: string, chain: ChainName) =>
-      sql<{ address: string }>`
-        UPDATE addresses SET allocations = allocations + 1
-        WHERE (account_id, chain, address) = (
-          SELECT account_id, chain, address FROM addresses
-          WHERE account_id = ${accountId} AND chain = ${chain}
-          ORDER BY allocations, created_at, address
-          LIMIT 1
-          FOR UPDATE
-        )
-        RETURNING address`.pipe(Effect.map((rows) => rows[0]?.address))
+    const leastUsed = (accountId: string, chain: ChainName) =>
+      sql`
+        SELECT address FROM addresses
+        WHERE account_id = ${accountId} AND chain = ${chain}
+        ORDER BY allocations, created_at, address
+        LIMIT 1
+        FOR UPDATE`
 
-    return { canonical, add, list, remove, allocate } as const
+    /** Counts a payment on `address` (an SQL expression) when `when` holds: the body of a CTE. */
+    const countAllocation = (accountId: string, chain: ChainName, address: Fragment, when: Fragment) =>
+      sql`
+        UPDATE addresses SET allocations = allocations + 1
+        WHERE account_id = ${accountId} AND chain = ${chain} AND address = ${address} AND ${when}
+        RETURNING address`
+
+    return { canonical, add, list, remove, leastUsed, countAllocation } as const
   })
 }) {}

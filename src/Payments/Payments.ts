@@ -1,5 +1,5 @@
 import { SqlClient } from "@effect/sql"
-import { Effect, Option } from "effect"
+import { Effect, Option, Schema } from "effect"
 import type { BigDecimal } from "effect"
 import { Accounts } from "../Accounts/Accounts.ts"
 import { Addresses, isChainName, unsupportedChain } from "../Addresses/Addresses.ts"
@@ -29,6 +29,15 @@ interface PaymentRow {
   readonly tx_hash: string | null
   readonly confirmations: number
 }
+
+/**
+ * The payment statement's one row: the address picked (none: no address on the chain) and the
+ * amount opened (null: no event could be taken).
+ */
+const decodeCreated = Schema.decodeUnknown(Schema.Array(Schema.Struct({
+  address: Schema.String,
+  amount: Schema.NullOr(Schema.BigInt)
+})))
 
 /** `asset` and `token_contract`, on token payments only. */
 export const tokenFieldsOf = (asset: Asset, tokenContract: string | null) =>
@@ -117,30 +126,42 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
         const watchAsset = yield* resolveAsset(chain, asset)
         const tokenContract = watchAsset._tag === "token" ? watchAsset.token.contract : null
         yield* checkCallbackUrl(input.callback_url).pipe(Effect.mapError((e) => badRequest(e.message)))
-        // Five statements in one transaction: the address, the watch, the payment, then the
-        // allowance (the account's row lock, held only until the commit).
-        const opened = yield* watches.create<null, BadRequest | Forbidden | TooManyRequests, never>({
+        const opened = yield* watches.open<null, BadRequest | Forbidden | TooManyRequests, never>({
           kind: "payment",
           chain,
           asset: watchAsset,
           usd: input.usd_amount,
           lifetime: lifetimes.payment,
-          prepare: () =>
+          // One statement, committed on its own, so no lock is held across a round trip: the
+          // address (locked), the event, the address counted, the watch, the payment, each only
+          // once the one before it was written.
+          write: (opening) =>
             Effect.gen(function*() {
-              const address = yield* addresses.allocate(accountId, chain)
-              if (address === undefined) {
+              const rows = yield* sql`
+                WITH picked AS MATERIALIZED (${addresses.leastUsed(accountId, chain)}),
+                taken AS (${accounts.takeEvent(accountId, sql`EXISTS (SELECT 1 FROM picked)`)}),
+                allocated AS (
+                  ${addresses.countAllocation(accountId, chain, sql`(SELECT address FROM picked)`, sql`EXISTS (SELECT 1 FROM taken)`)}
+                ),
+                watch AS MATERIALIZED (SELECT address, ${opening.openOn(sql`allocated.address`)} AS amount FROM allocated),
+                payment AS (
+                  INSERT INTO payments (id, account_id, chain, address, asset, token_contract, amount_smallest, usd_amount,
+                                        callback_url, status, start_block, expires_at)
+                  SELECT ${opening.id}::uuid, ${accountId}::uuid, ${chain}, watch.address, ${asset}, ${tokenContract}, watch.amount,
+                         ${opening.usdText}::numeric, ${input.callback_url}, 'PENDING', ${String(opening.startBlock)}::bigint,
+                         ${opening.expiresAt}::timestamptz
+                  FROM watch
+                )
+                SELECT picked.address, (SELECT amount::text FROM watch) AS amount
+                FROM picked`
+              const created = yield* decodeCreated(rows).pipe(Effect.orDie)
+              const row = created[0]
+              if (row === undefined) {
                 return yield* badRequest(`No addresses registered for chain '${chain}'`, "Register one with POST /addresses first")
               }
-              return { address, prepared: null }
-            }),
-          insert: ({ address, amount, expiresAt, id, startBlock, usdText }) =>
-            sql`
-              INSERT INTO payments (id, account_id, chain, address, asset, token_contract, amount_smallest, usd_amount,
-                                    callback_url, status, start_block, expires_at)
-              VALUES (${id}, ${accountId}, ${chain}, ${address}, ${asset}, ${tokenContract}, ${amount.toString()}::numeric,
-                      ${usdText}::numeric, ${input.callback_url}, 'PENDING', ${String(startBlock)}::bigint, ${expiresAt})`.pipe(
-              Effect.zipRight(accounts.consumeEvent(accountId))
-            )
+              if (row.amount === null) return yield* Effect.flatMap(accounts.refusal(accountId), Effect.fail)
+              return { address: row.address, amount: row.amount, prepared: null }
+            })
         })
         return new CreatePaymentOut({
           payment_id: opened.id,

@@ -206,6 +206,22 @@ layer(App.layer({ CALLBACK_ALLOW_PRIVATE_NETWORKS: "false", PRICE_CACHE_SECONDS:
       expect(r.body.error.hint).toContain("PRICE_FIXED_USD")
       expect((yield* app.request("GET", "/account", { key })).body.events_used).toBe(0)
     }))
+
+  it.effect("gives concurrent payments of two accounts sharing an address distinct amounts", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const shared = `0x${randomBytes(20).toString("hex")}`
+      const keys = [yield* merchantWith([shared]), yield* merchantWith([shared])]
+      const created = yield* Effect.all(
+        Array.from({ length: 30 }, (_, i) =>
+          app.request("POST", "/payments", { key: keys[i % 2]!, json: { usd_amount: "3.33", chain: "ethereum", callback_url: hook } })),
+        { concurrency: "unbounded" }
+      )
+      expect(created.map((r) => r.status)).toEqual(Array.from({ length: 30 }, () => 200))
+      const amounts = created.map((r) => BigInt(r.body.amount_wei)).sort((a, b) => (a < b ? -1 : 1))
+      const base = expectedSmallest(333n, 3000500n, 18)
+      expect(amounts).toEqual(Array.from({ length: 30 }, (_, i) => base + BigInt(i)))
+    }))
 })
 
 layer(App.layer(), { excludeTestServices: true })("free amounts", (it) => {
