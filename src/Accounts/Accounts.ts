@@ -33,6 +33,12 @@ export const SubscriptionRow = Schema.Struct({
 })
 export type SubscriptionRow = typeof SubscriptionRow.Type
 
+/** The account of a key with its subscription's columns, all null when it has none. */
+const KeyRow = Schema.Union(
+  Schema.Struct({ id: Schema.String, ...SubscriptionRow.fields }),
+  Schema.Struct({ id: Schema.String, plan: Schema.Null })
+)
+const decodeKeyRows = Schema.decodeUnknown(Schema.Array(KeyRow))
 const decodeSubscriptionRows = Schema.decodeUnknown(Schema.Array(SubscriptionRow))
 
 export interface AccountRow {
@@ -80,9 +86,22 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
       const raw = Redacted.value(key).trim().toLowerCase()
       if (!API_KEY.test(raw)) return Effect.fail(unauthorized())
       const keyHash = hashApiKey(raw)
-      return sql<{ id: string }>`SELECT id FROM accounts WHERE api_key_hash = ${keyHash}`.pipe(
+      // The subscription comes along, so that an endpoint can refuse by it before any other work.
+      return sql`
+        SELECT a.id, s.plan, s.status, s.events_used, s.period_start, s.period_end
+        FROM accounts a LEFT JOIN subscriptions s ON s.account_id = a.id
+        WHERE a.api_key_hash = ${keyHash}`.pipe(
+        Effect.flatMap(decodeKeyRows),
         Effect.orDie,
-        Effect.flatMap((rows) => rows[0] ? Effect.succeed({ id: rows[0].id, keyHash }) : Effect.fail(unauthorized()))
+        Effect.flatMap((rows) => {
+          const row = rows[0]
+          if (row === undefined) return Effect.fail(unauthorized())
+          return Effect.succeed({
+            id: row.id,
+            keyHash,
+            subscription: row.plan === null ? Option.none<SubscriptionRow>() : Option.some<SubscriptionRow>(row)
+          })
+        })
       )
     }
 
@@ -140,6 +159,10 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
         Effect.map((rows) => Option.fromNullable(rows[0]))
       )
 
+    /** Fails with the 403/429 `subscription` (as read with the key, say) gets, if any. */
+    const requireUsable = (subscription: Option.Option<SubscriptionRow>) =>
+      Option.match(refusalOf(subscription, planOf, new Date()), { onNone: () => Effect.void, onSome: Effect.fail })
+
     /** Each plan's monthly event limit, as SQL (the names and numbers are the plan table's). */
     const eventLimit = sql.literal(
       `CASE plan ${planTable.map((p) => `WHEN '${p.name}' THEN ${p.monthlyEventLimit}`).join(" ")} ELSE 0 END`
@@ -189,6 +212,6 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
     const activate = (accountId: string) =>
       sql`UPDATE subscriptions SET status = 'active', updated_at = now() WHERE account_id = ${accountId} AND status = 'pending'`
 
-    return { authenticate, create, rotateApiKey, find, subscription, takeEvent, refusal, subscribe, activate, plans: planTable, planOf } as const
+    return { authenticate, create, rotateApiKey, find, subscription, requireUsable, takeEvent, refusal, subscribe, activate, plans: planTable, planOf } as const
   })
 }) {}

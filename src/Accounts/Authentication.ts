@@ -1,6 +1,8 @@
 import { HttpApiMiddleware, HttpApiSecurity } from "@effect/platform"
+import type { Option } from "effect"
 import { Context } from "effect"
 import { UnauthorizedResponse } from "../Http/Errors.ts"
+import type { SubscriptionRow } from "./Accounts.ts"
 
 /** The account behind the request's API key. */
 export class CurrentAccount extends Context.Tag("confirmd/CurrentAccount")<
@@ -9,6 +11,8 @@ export class CurrentAccount extends Context.Tag("confirmd/CurrentAccount")<
     readonly id: string
     /** The hash of the key this request came with (a key rotation replaces exactly that key). */
     readonly keyHash: string
+    /** The subscription as read with the key, for refusing early; statements that use it check again. */
+    readonly subscription: Option.Option<SubscriptionRow>
   }
 >() {}
 

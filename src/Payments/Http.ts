@@ -8,7 +8,7 @@ export const PaymentsLive = HttpApiBuilder.group(ConfirmdApi, "payments", (handl
   Effect.gen(function*() {
     const payments = yield* Payments
     return handlers
-      .handle("create", ({ payload }) => Effect.flatMap(CurrentAccount, (account) => payments.create(account.id, payload)))
+      .handle("create", ({ payload }) => Effect.flatMap(CurrentAccount, (account) => payments.create(account, payload)))
       .handle("list", () => Effect.flatMap(CurrentAccount, (account) => payments.list(account.id)))
       .handle("get", ({ path }) => Effect.flatMap(CurrentAccount, (account) => payments.get(account.id, path.payment_id)))
       .handle("deliveries", ({ path }) =>

@@ -2,6 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
 import type { BigDecimal } from "effect"
 import { Accounts } from "../Accounts/Accounts.ts"
+import type { CurrentAccount } from "../Accounts/Authentication.ts"
 import { Addresses, isChainName, unsupportedChain } from "../Addresses/Addresses.ts"
 import { ChainClients } from "../Chains/ChainClients.ts"
 import type { ChainName } from "../Domain/Chain.ts"
@@ -110,7 +111,7 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
       })
     }
 
-    const create = (accountId: string, input: {
+    const create = (account: Pick<CurrentAccount["Type"], "id" | "subscription">, input: {
       readonly usd_amount: BigDecimal.BigDecimal
       readonly chain: string
       readonly callback_url: string
@@ -126,6 +127,9 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
         const watchAsset = yield* resolveAsset(chain, asset)
         const tokenContract = watchAsset._tag === "token" ? watchAsset.token.contract : null
         yield* checkCallbackUrl(input.callback_url).pipe(Effect.mapError((e) => badRequest(e.message)))
+        // 403/429 before the quote, so that a refused account never waits for or hears of prices.
+        yield* accounts.requireUsable(account.subscription)
+        const accountId = account.id
         const opened = yield* watches.open<null, BadRequest | Forbidden | TooManyRequests, never>({
           kind: "payment",
           chain,

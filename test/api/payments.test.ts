@@ -3,6 +3,7 @@ import { PgClient } from "@effect/sql-pg"
 import { expect, layer } from "@effect/vitest"
 import { Effect, FastCheck as fc, Redacted } from "effect"
 import { randomBytes, randomUUID } from "node:crypto"
+import type { PriceSource } from "../../src/Price/PriceOracle.ts"
 import { App, eventually, subscribe, type TestApp } from "../support/TestApp.ts"
 
 const ETH_A = "0x1111111111111111111111111111111111111111"
@@ -20,6 +21,15 @@ const expectedSmallest = (usdCents: bigint, priceMilli: bigint, decimals: number
 /** A client of the app's own database, for setting up what the API cannot (closed once the test ends). */
 const databaseOf = (app: TestApp) =>
   PgClient.make({ url: Redacted.make(app.databaseUrl), maxConnections: 2 }).pipe(Effect.provide(Reactivity.layer), Effect.orDie)
+
+const priceSources: ReadonlyArray<PriceSource> = ["coingecko", "coinbase", "kraken"]
+
+/** `effect` while every price source answers HTTP 500; healthy again afterwards. */
+const withPricesDown = <A, E, R>(app: TestApp, effect: Effect.Effect<A, E, R>) =>
+  Effect.forEach(priceSources, (source) => app.prices.failSource(source)).pipe(
+    Effect.zipRight(effect),
+    Effect.ensuring(Effect.forEach(priceSources, (source) => app.prices.failSource(source, false)))
+  )
 
 const merchantWith = (addresses: ReadonlyArray<string>, chain = "ethereum") =>
   Effect.gen(function*() {
@@ -206,6 +216,34 @@ layer(App.layer({ CALLBACK_ALLOW_PRIVATE_NETWORKS: "false", PRICE_CACHE_SECONDS:
       expect(r.body.error.hint).toContain("PRICE_FIXED_USD")
       expect((yield* app.request("GET", "/account", { key })).body.events_used).toBe(0)
     }))
+
+  it.effect("refuses with 403 or 429 before asking for a price: while no price source answers only an active account gets 502", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const db = yield* databaseOf(app)
+      const signup = yield* app.request("POST", "/signup", { json: { method: "donation", chain: "ethereum", usd_amount: "5" } })
+      expect(signup.status).toBe(200)
+      const pending = signup.body.api_key as string
+      expect((yield* app.request("POST", "/addresses", { key: pending, json: { chain: "ethereum", addresses: [ETH_A] } })).status).toBe(200)
+      const atLimit = yield* merchantWith([ETH_A])
+      const limited = (yield* app.request("GET", "/account", { key: atLimit })).body.user_id as string
+      yield* db`UPDATE subscriptions SET events_used = 10000 WHERE account_id = ${limited}`.pipe(Effect.orDie)
+      const active = yield* merchantWith([ETH_B])
+      const create = (key: string) =>
+        app.request("POST", "/payments", { key, json: { usd_amount: "5", chain: "ethereum", callback_url: hook } })
+
+      const [refused, overLimit, upstream] = yield* withPricesDown(app, Effect.all([create(pending), create(atLimit), create(active)]))
+      expect([refused.status, refused.body.error.code]).toEqual([403, "account_pending"])
+      expect([overLimit.status, overLimit.body.error.code]).toEqual([429, "too_many_requests"])
+      expect([upstream.status, upstream.body.error.code]).toEqual([502, "upstream_error"])
+      for (const key of [pending, active]) expect((yield* app.request("GET", "/account", { key })).body.events_used).toBe(0)
+      expect((yield* app.request("GET", "/account", { key: atLimit })).body.events_used).toBe(10000)
+
+      // With prices back, the active account gets its payment; the others are still refused.
+      expect((yield* create(active)).status).toBe(200)
+      expect((yield* create(pending)).status).toBe(403)
+      expect((yield* create(atLimit)).status).toBe(429)
+    }).pipe(Effect.scoped))
 
   it.effect("gives concurrent payments of two accounts sharing an address distinct amounts", () =>
     Effect.gen(function*() {
