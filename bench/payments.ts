@@ -1,19 +1,21 @@
 /**
  * The HTTP API against the engines under it, measured in the same run:
  *
- * - POST /payments against a bare `node:http` + `pg` server doing the same logical writes in
- *   one transaction (account by key hash, address pick, watch at the first free amount,
- *   payment, event counter), at each concurrency of `BENCH_HTTP_CONCURRENCY` (1,10,50), with
- *   no other watches and with `BENCH_BACKGROUND_WATCHES` (100,000) open watches of which
+ * - POST /payments against a bare `node:http` + `pg` server doing the same logical writes with
+ *   the service's SQL (the account and its subscription by key hash; then one statement: the
+ *   address pick, the event counter, the watch at the first free amount through `open_watch`,
+ *   the payment), at each concurrency of `BENCH_HTTP_CONCURRENCY` (1,10,50), with no other
+ *   watches and with `BENCH_BACKGROUND_WATCHES` (100,000) open watches of which
  *   `BENCH_HOT_WATCHES` (2,000) hold the requested amount and the ones above it on the
  *   requests' address;
  * - GET /payments/{id} against the bare server's key-hash + single-row read;
  * - the process's RSS and POST latency (concurrency 1) at each of `BENCH_WATCH_STEPS`
  *   (10000,100000,1000000) open watches.
  *
- * `BENCH_HTTP_REQUESTS` (300) requests per figure. The service runs in this process (on a
- * fresh database of `DATABASE_URL`, an anvil of its own as ethereum, prices from the local
- * price server), so RSS is the service's plus the bench's.
+ * `BENCH_HTTP_REQUESTS` (300) requests per figure, after `BENCH_HTTP_WARMUP` (1,000) unmeasured
+ * POSTs to each server. The service runs in this process (on a fresh database of
+ * `DATABASE_URL`, an anvil of its own as ethereum, prices from the local price server), so RSS
+ * is the service's plus the bench's.
  *
  *   npx tsx bench/payments.ts      (or `run` from bench/index.ts)
  */
@@ -28,6 +30,7 @@ import { makeTestApp } from "../test/support/TestApp.ts"
 
 const settings = Config.all({
   requests: Config.integer("BENCH_HTTP_REQUESTS").pipe(Config.withDefault(300)),
+  warmup: Config.integer("BENCH_HTTP_WARMUP").pipe(Config.withDefault(1000)),
   concurrency: Config.array(Config.integer(), "BENCH_HTTP_CONCURRENCY").pipe(Config.withDefault([1, 10, 50])),
   background: Config.integer("BENCH_BACKGROUND_WATCHES").pipe(Config.withDefault(100_000)),
   hot: Config.integer("BENCH_HOT_WATCHES").pipe(Config.withDefault(2_000)),
@@ -89,25 +92,30 @@ const bodyOf = (request: IncomingMessage) =>
     request.on("end", () => resolve(Buffer.concat(chunks).toString()))
   })
 
-const allocateSql = `
-  UPDATE addresses SET allocations = allocations + 1
-  WHERE (account_id, chain, address) = (
-    SELECT account_id, chain, address FROM addresses WHERE account_id = $1 AND chain = $2
-    ORDER BY allocations, created_at, address LIMIT 1 FOR UPDATE)
-  RETURNING address`
-
-const watchSql = `
-  WITH RECURSIVE walk (amount) AS (
-    SELECT $5::numeric
-    UNION ALL
-    SELECT amount + 1 FROM walk WHERE EXISTS (
-      SELECT 1 FROM watches w
-      WHERE w.open AND w.chain = $3 AND w.asset = 'native' AND w.address = $4 AND w.amount_smallest = walk.amount)
-  )
-  INSERT INTO watches (id, kind, chain, address, amount_smallest, start_block, expires_at)
-  SELECT $1, $2, $3, $4, max(amount), 0, now() + interval '1 hour' FROM walk
-  ON CONFLICT (chain, asset, address, amount_smallest) WHERE open DO NOTHING
-  RETURNING amount_smallest::text AS amount`
+/**
+ * POST /payments in one statement, as the service writes it (Payments.ts): the least-used
+ * address (locked), one event of the allowance, the address counted, the watch at the first
+ * free amount through `open_watch` (migrations/00009_open_watch.ts), the payment.
+ */
+const createSql = `
+  WITH picked AS MATERIALIZED (
+    SELECT address FROM addresses WHERE account_id = $2 AND chain = $3
+    ORDER BY allocations, created_at, address LIMIT 1 FOR UPDATE),
+  taken AS (
+    UPDATE subscriptions SET events_used = events_used + 1, updated_at = now()
+    WHERE account_id = $2 AND status = 'active' AND events_used < 100000 AND EXISTS (SELECT 1 FROM picked)
+    RETURNING events_used),
+  allocated AS (
+    UPDATE addresses SET allocations = allocations + 1
+    WHERE account_id = $2 AND chain = $3 AND address = (SELECT address FROM picked) AND EXISTS (SELECT 1 FROM taken)
+    RETURNING address),
+  watch AS MATERIALIZED (
+    SELECT address, open_watch($1, 'payment', $3, 'native', allocated.address, $4::numeric, 0, now() + interval '1 hour') AS amount
+    FROM allocated),
+  payment AS (
+    INSERT INTO payments (id, account_id, chain, address, amount_smallest, usd_amount, callback_url, status, start_block, expires_at)
+    SELECT $1, $2, $3, watch.address, watch.amount, $5, $6, 'PENDING', 0, now() + interval '1 hour' FROM watch)
+  SELECT picked.address, (SELECT amount::text FROM watch) AS amount FROM picked`
 
 /**
  * The bare baseline: node:http and a pg pool doing what POST /payments and GET
@@ -120,7 +128,12 @@ const bareServer = (databaseUrl: string, poolSize: number) =>
       const accountOf = async (client: pg.PoolClient, request: IncomingMessage) => {
         const key = String(request.headers["x-api-key"] ?? "")
         const hash = createHash("sha256").update(key).digest("hex")
-        const rows = await client.query<{ id: string }>("SELECT id FROM accounts WHERE api_key_hash = $1", [hash])
+        // With the subscription, as the service reads it.
+        const rows = await client.query<{ id: string }>(
+          `SELECT a.id, s.plan, s.status, s.events_used, s.period_start, s.period_end
+           FROM accounts a LEFT JOIN subscriptions s ON s.account_id = a.id WHERE a.api_key_hash = $1`,
+          [hash]
+        )
         return rows.rows[0]?.id
       }
       const handle = async (request: IncomingMessage, response: ServerResponse) => {
@@ -132,25 +145,12 @@ const bareServer = (databaseUrl: string, poolSize: number) =>
             const input = JSON.parse(await bodyOf(request)) as { usd_amount: string; chain: string; callback_url: string }
             const requested = usdToSmallest(BigDecimal.unsafeFromString(input.usd_amount), BigDecimal.unsafeFromString(ethPrice), 18)
             const id = randomUUID()
-            await client.query("BEGIN")
-            const address = (await client.query<{ address: string }>(allocateSql, [account, input.chain])).rows[0]!.address
-            let amount: string | undefined
-            while (amount === undefined) {
-              amount = (await client.query<{ amount: string }>(watchSql, [id, "payment", input.chain, address, requested.toString()]))
-                .rows[0]?.amount
-            }
-            await client.query(
-              `INSERT INTO payments (id, account_id, chain, address, amount_smallest, usd_amount, callback_url, status,
-                                     start_block, expires_at)
-               VALUES ($1, $2, $3, $4, $5, $6, $7, 'PENDING', 0, now() + interval '1 hour')`,
-              [id, account, input.chain, address, amount, input.usd_amount, input.callback_url]
-            )
-            const taken = await client.query(
-              "UPDATE subscriptions SET events_used = events_used + 1 WHERE account_id = $1 AND events_used < 100000 RETURNING 1",
-              [account]
-            )
-            if (taken.rowCount === 0) throw new Error("allowance used up")
-            await client.query("COMMIT")
+            const created = (await client.query<{ address: string; amount: string | null }>(
+              createSql,
+              [id, account, input.chain, requested.toString(), input.usd_amount, input.callback_url]
+            )).rows[0]
+            if (created?.amount == null) throw new Error("no address or allowance used up")
+            const { address, amount } = created
             response.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ payment_id: id, address, amount }))
           } else {
             const id = (request.url ?? "").split("/").at(-1)
@@ -163,7 +163,6 @@ const bareServer = (databaseUrl: string, poolSize: number) =>
               .end(JSON.stringify(rows.rows[0] ?? null))
           }
         } catch (error) {
-          await client.query("ROLLBACK").catch(() => undefined)
           response.writeHead(500).end(String(error))
         } finally {
           client.release()
@@ -292,6 +291,13 @@ export const run = Effect.gen(function*() {
       watchFigures.push({ open, rssMb, post: latency })
     })
 
+  // Both servers warmed up alike first (JIT, connection pools), so that the first figure is
+  // not the service's start-up.
+  for (const url of [app.baseUrl, bare.url]) {
+    const key = url === bare.url ? bareKey : serviceKey
+    yield* hammer(s.warmup, 10, (i) => post(`${url}/payments`, key, { usd_amount: distinct(sequence + i), chain: "ethereum", callback_url: hook }).then(() => undefined))
+    sequence += s.warmup
+  }
   const postFigures: Array<PaymentsFigures["post"][number]> = []
   for (const c of s.concurrency) postFigures.push(yield* postBoth("no other watches", c, distinct))
   for (const step of s.steps.filter((n) => n <= s.background)) yield* growTo(step)
@@ -305,15 +311,16 @@ export const run = Effect.gen(function*() {
     postFigures.push(yield* postBoth(`${s.background} open, ${s.hot} same amount`, c, () => hotUsd))
   }
 
-  // GET the payments just made, by id.
-  const ids = yield* Effect.promise(() =>
-    pool.query<{ id: string; key: string }>(
-      `SELECT p.id::text AS id, CASE WHEN p.address = $1 THEN 'service' ELSE 'bare' END AS key
-       FROM payments p WHERE p.address IN ($1, $2) ORDER BY p.created_at DESC LIMIT 2000`,
-      [serviceAddress, bareAddress]
-    ).then((r) => r.rows))
-  const serviceIds = ids.filter((r) => r.key === "service").map((r) => r.id)
-  const bareIds = ids.filter((r) => r.key === "bare").map((r) => r.id)
+  // GET the payments just made, by id: the latest 1,000 of each server.
+  const idsOf = (address: string) =>
+    Effect.promise(() =>
+      pool.query<{ id: string }>(
+        `SELECT id::text AS id FROM payments WHERE address = $1 ORDER BY created_at DESC LIMIT 1000`,
+        [address]
+      ).then((r) => r.rows.map((row) => row.id))
+    )
+  const serviceIds = yield* idsOf(serviceAddress)
+  const bareIds = yield* idsOf(bareAddress)
   const getFigures: Array<PaymentsFigures["get"][number]> = []
   for (const c of s.concurrency) {
     const service = yield* hammer(s.requests, c, (i) => get(`${app.baseUrl}/payments/${serviceIds[i % serviceIds.length]}`, serviceKey))
