@@ -3,65 +3,15 @@
 // subscription can explain a delivered block; and a TCP proxy that drops the WebSocket.
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { createServer, connect, type Socket } from "node:net"
 import { freshDatabase } from "../support/Database.ts"
 import { freePort } from "../support/Service.ts"
+import { droppingProxy } from "../support/TcpProxy.ts"
 import { makeEventLog, rpc, spawnAnvil, startIngesters, statusUntil } from "./harness.ts"
 
 const hour = "3600000"
 
 const headOf = (url: string) => Effect.map(rpc(url, "eth_blockNumber"), (n) => BigInt(n as string))
 const mine = (url: string) => rpc(url, "anvil_mine", ["0x1"])
-
-/** A TCP proxy to `port` that can drop every connection and refuse new ones until restored. */
-const droppingProxy = (port: number) =>
-  Effect.acquireRelease(
-    Effect.async<{
-      readonly url: string
-      readonly connections: () => number
-      readonly drop: () => void
-      readonly restore: () => void
-      readonly close: () => void
-    }>((resume) => {
-      const open = new Set<Socket>()
-      let refusing = false
-      let connections = 0
-      const server = createServer((client) => {
-        if (refusing) return void client.destroy()
-        connections += 1
-        const upstream = connect(port, "127.0.0.1")
-        for (const socket of [client, upstream]) {
-          open.add(socket)
-          socket.on("close", () => open.delete(socket))
-          socket.on("error", () => {
-            client.destroy()
-            upstream.destroy()
-          })
-        }
-        client.pipe(upstream).pipe(client)
-      })
-      server.listen(0, "127.0.0.1", () => {
-        const address = server.address()
-        const local = typeof address === "object" && address !== null ? address.port : 0
-        resume(Effect.succeed({
-          url: `ws://127.0.0.1:${local}`,
-          connections: () => connections,
-          drop: () => {
-            refusing = true
-            for (const socket of open) socket.destroy()
-          },
-          restore: () => {
-            refusing = false
-          },
-          close: () => {
-            for (const socket of open) socket.destroy()
-            server.close()
-          }
-        }))
-      })
-    }),
-    (proxy) => Effect.sync(proxy.close)
-  )
 
 const env = (databaseUrl: string, rpcUrl: string, extra: Record<string, string>) => ({
   CHAINS: "ethereum",
@@ -100,7 +50,7 @@ describe("new heads by subscription", () => {
       const database = yield* freshDatabase
       const eventLog = yield* makeEventLog("embedded")
       const registry = yield* startIngesters(eventLog, env(database.url, node.url, {
-        WS_URL_ETHEREUM: proxy.url,
+        WS_URL_ETHEREUM: `ws://127.0.0.1:${proxy.port}`,
         // Fast while the subscription is down, an hour while it is live.
         POLL_INTERVAL_MS: "200",
         SUBSCRIBED_POLL_INTERVAL_MS: hour
