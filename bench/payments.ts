@@ -13,9 +13,10 @@
  *   (10000,100000,1000000) open watches.
  *
  * `BENCH_HTTP_REQUESTS` (300) requests per figure, after `BENCH_HTTP_WARMUP` (1,000) unmeasured
- * POSTs to each server. The service runs in this process (on a fresh database of
- * `DATABASE_URL`, an anvil of its own as ethereum, prices from the local price server), so RSS
- * is the service's plus the bench's.
+ * POSTs to each server. The service and the bare server run in this process (the service on
+ * a fresh database of `DATABASE_URL`, an anvil of its own as ethereum, prices from the local
+ * price server), so RSS is the service's plus the bench's; the requests come from a load
+ * generator in another process (bench/httpLoad.ts).
  *
  *   npx tsx bench/payments.ts      (or `run` from bench/index.ts)
  */
@@ -27,6 +28,7 @@ import { usdToSmallest } from "../src/Domain/Money.ts"
 import { spawnAnvil } from "../test/ingest/harness.ts"
 import { freePort } from "../test/support/Service.ts"
 import { makeTestApp } from "../test/support/TestApp.ts"
+import { type LoadRequest, loadClient, type Run } from "./httpLoad.ts"
 
 const settings = Config.all({
   requests: Config.integer("BENCH_HTTP_REQUESTS").pipe(Config.withDefault(300)),
@@ -40,50 +42,15 @@ const settings = Config.all({
 const ethPrice = "3000.5"
 const hook = "https://93.184.216.34/hook"
 
-export interface Run {
-  readonly perSecond: number
-  readonly p50: number
-  readonly p99: number
-}
+/** POST /payments of `usd` on ethereum. */
+const postPayment = (baseUrl: string, key: string, usd: string): LoadRequest => ({
+  method: "POST",
+  url: `${baseUrl}/payments`,
+  key,
+  body: { usd_amount: usd, chain: "ethereum", callback_url: hook }
+})
 
-const percentile = (sorted: ReadonlyArray<number>, p: number) =>
-  sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))] ?? Number.NaN
-
-/** `count` calls of `call(i)`, `concurrency` at a time; throughput and latency percentiles. */
-const hammer = (count: number, concurrency: number, call: (i: number) => Promise<void>) =>
-  Effect.promise(async (): Promise<Run> => {
-    const latencies: Array<number> = []
-    let next = 0
-    const started = performance.now()
-    await Promise.all(Array.from({ length: concurrency }, async () => {
-      while (next < count) {
-        const i = next++
-        const t = performance.now()
-        await call(i)
-        latencies.push(performance.now() - t)
-      }
-    }))
-    const wall = performance.now() - started
-    latencies.sort((a, b) => a - b)
-    return { perSecond: (count / wall) * 1000, p50: percentile(latencies, 50), p99: percentile(latencies, 99) }
-  })
-
-const post = async (url: string, key: string, body: unknown): Promise<{ payment_id: string }> => {
-  const response = await fetch(url, {
-    method: "POST",
-    headers: { "content-type": "application/json", "x-api-key": key },
-    body: JSON.stringify(body)
-  })
-  const text = await response.text()
-  if (response.status !== 200) throw new Error(`POST ${url}: ${response.status} ${text}`)
-  return JSON.parse(text) as { payment_id: string }
-}
-
-const get = async (url: string, key: string) => {
-  const response = await fetch(url, { headers: { "x-api-key": key } })
-  const text = await response.text()
-  if (response.status !== 200) throw new Error(`GET ${url}: ${response.status} ${text}`)
-}
+const range = (count: number) => Array.from({ length: count }, (_, i) => i)
 
 const bodyOf = (request: IncomingMessage) =>
   new Promise<string>((resolve) => {
@@ -240,6 +207,7 @@ export const run = Effect.gen(function*() {
   const pool = new pg.Pool({ connectionString: app.databaseUrl, max: 2 })
   yield* Effect.addFinalizer(() => Effect.promise(() => pool.end()))
   const bare = yield* bareServer(app.databaseUrl, 20)
+  const client = yield* loadClient
 
   /** A scale-plan merchant with one ethereum address, for the service and one for the bare server. */
   const merchant = (address: string) =>
@@ -257,9 +225,8 @@ export const run = Effect.gen(function*() {
   let sequence = 0
   const postBoth = (load: string, concurrency: number, usd: (i: number) => string) =>
     Effect.gen(function*() {
-      const body = (i: number) => ({ usd_amount: usd(sequence + i), chain: "ethereum", callback_url: hook })
-      const service = yield* hammer(s.requests, concurrency, (i) => post(`${app.baseUrl}/payments`, serviceKey, body(i)).then(() => undefined))
-      const bareRun = yield* hammer(s.requests, concurrency, (i) => post(`${bare.url}/payments`, bareKey, body(i)).then(() => undefined))
+      const service = yield* client.run(concurrency, range(s.requests).map((i) => postPayment(app.baseUrl, serviceKey, usd(sequence + i))))
+      const bareRun = yield* client.run(concurrency, range(s.requests).map((i) => postPayment(bare.url, bareKey, usd(sequence + i))))
       sequence += s.requests
       console.log(
         `POST /payments, ${load.padEnd(26)} c=${String(concurrency).padStart(2)}: service ${pad(service.perSecond)} req/s ` +
@@ -279,9 +246,7 @@ export const run = Effect.gen(function*() {
     Effect.gen(function*() {
       yield* addWatches(pool, open, step)
       open = step
-      const latency = yield* hammer(Math.min(200, s.requests), 1, (i) =>
-        post(`${app.baseUrl}/payments`, serviceKey, { usd_amount: distinct(sequence + i), chain: "ethereum", callback_url: hook })
-          .then(() => undefined))
+      const latency = yield* client.run(1, range(Math.min(200, s.requests)).map((i) => postPayment(app.baseUrl, serviceKey, distinct(sequence + i))))
       sequence += 200
       const rssMb = process.memoryUsage().rss / 2 ** 20
       console.log(
@@ -295,7 +260,7 @@ export const run = Effect.gen(function*() {
   // not the service's start-up.
   for (const url of [app.baseUrl, bare.url]) {
     const key = url === bare.url ? bareKey : serviceKey
-    yield* hammer(s.warmup, 10, (i) => post(`${url}/payments`, key, { usd_amount: distinct(sequence + i), chain: "ethereum", callback_url: hook }).then(() => undefined))
+    yield* client.run(10, range(s.warmup).map((i) => postPayment(url, key, distinct(sequence + i))))
     sequence += s.warmup
   }
   const postFigures: Array<PaymentsFigures["post"][number]> = []
@@ -323,8 +288,10 @@ export const run = Effect.gen(function*() {
   const bareIds = yield* idsOf(bareAddress)
   const getFigures: Array<PaymentsFigures["get"][number]> = []
   for (const c of s.concurrency) {
-    const service = yield* hammer(s.requests, c, (i) => get(`${app.baseUrl}/payments/${serviceIds[i % serviceIds.length]}`, serviceKey))
-    const bareRun = yield* hammer(s.requests, c, (i) => get(`${bare.url}/payments/${bareIds[i % bareIds.length]}`, bareKey))
+    const reads = (baseUrl: string, key: string, ids: ReadonlyArray<string>) =>
+      range(s.requests).map((i): LoadRequest => ({ method: "GET", url: `${baseUrl}/payments/${ids[i % ids.length]}`, key }))
+    const service = yield* client.run(c, reads(app.baseUrl, serviceKey, serviceIds))
+    const bareRun = yield* client.run(c, reads(bare.url, bareKey, bareIds))
     console.log(
       `GET /payments/{id}, c=${String(c).padStart(2)}: service ${pad(service.perSecond)} req/s (p99 ${service.p99.toFixed(1)} ms), ` +
         `bare ${pad(bareRun.perSecond)} req/s (p99 ${bareRun.p99.toFixed(1)} ms): ${ratio(service.perSecond, bareRun.perSecond)}x`
