@@ -5,8 +5,9 @@
  * from the same run. Each part takes its size from `BENCH_*` variables (see each file). The machine's PostgreSQL is
  * started from services/ if needed (and left running, as the test tooling does) and is the
  * server of `DATABASE_URL` (default postgres://postgres@127.0.0.1:5432/postgres); Kafka is
- * started from services/ for the Kafka variants when `KAFKA_BROKERS` is not set, and stopped
- * again afterwards.
+ * started from services/ for the Kafka variants when `KAFKA_BROKERS` is not set, and the
+ * bitcoin regtest node (with its ZMQ publisher) when `BITCOIN_RPC_URL` is not set; each is
+ * stopped again afterwards.
  */
 import { execFileSync } from "node:child_process"
 import { availableParallelism, loadavg } from "node:os"
@@ -36,6 +37,20 @@ const withKafka = <A, E>(bench: Effect.Effect<A, E>) =>
     }),
     () => bench,
     (started) => Effect.sync(() => started && script("kafka", "stop"))
+  )
+
+const withBitcoin = <A, E>(bench: Effect.Effect<A, E>) =>
+  Effect.acquireUseRelease(
+    Effect.sync(() => {
+      if ((process.env.BITCOIN_RPC_URL ?? "").trim() !== "") return false
+      const outcome = script("bitcoin", "start")
+      process.env.BITCOIN_RPC_URL = `http://confirmd:confirmd@127.0.0.1:${process.env.BITCOIN_RPC_PORT ?? "18443"}`
+      process.env.BITCOIN_WALLET_RPC_URL = `http://confirmd:confirmd@127.0.0.1:${process.env.BITCOIN_WALLET_RPC_PORT ?? "18445"}`
+      process.env.BITCOIN_ZMQ_URL = `tcp://127.0.0.1:${process.env.BITCOIN_ZMQ_PORT ?? "28332"}`
+      return outcome === "started"
+    }),
+    () => bench,
+    (started) => Effect.sync(() => started && script("bitcoin", "stop"))
   )
 
 const withPostgres = <A, E>(bench: Effect.Effect<A, E>) =>
@@ -92,6 +107,10 @@ const benches = Effect.gen(function*() {
     `node → webhook p99: subscription ${fromNode.subscription.p99} ms (target < 500 ms: ${verdict(fromNode.subscription.p99 < 500)}), ` +
       `polling ${fromNode.polling.p99} ms, bare client ${fromNode.bare.p99} ms`
   )
+  yield* Console.log(
+    `bitcoin node → webhook p99: ZMQ hashblock ${fromNode.bitcoin.zmq.p99} ms (target < 500 ms: ${verdict(fromNode.bitcoin.zmq.p99 < 500)}), ` +
+      `polling ${fromNode.bitcoin.polling.p99} ms, bare ZMQ client ${fromNode.bitcoin.bare.p99} ms`
+  )
   for (const r of api.post) {
     yield* Console.log(
       `POST /payments c=${String(r.concurrency).padStart(2)}, ${r.load}: ${Math.round(r.service.perSecond)} vs ${Math.round(r.bare.perSecond)} req/s bare = ` +
@@ -117,7 +136,7 @@ const benches = Effect.gen(function*() {
   )
 })
 
-withPostgres(withKafka(benches)).pipe(Effect.runPromise).catch((error: unknown) => {
+withPostgres(withKafka(withBitcoin(benches))).pipe(Effect.runPromise).catch((error: unknown) => {
   console.error(error)
   process.exitCode = 1
 })

@@ -9,14 +9,24 @@
  * - the raw baseline, in the same run: a bare client subscribed to the same node's newHeads
  *   that fetches the block over HTTP and POSTs it to the receiver, `BENCH_NODE_SAMPLES` times.
  *
+ * Bitcoin, on the regtest engine (`BITCOIN_RPC_URL`, `BITCOIN_WALLET_RPC_URL`,
+ * `BITCOIN_ZMQ_URL`; services/bitcoin/start.sh), from the mining call that put the payment in
+ * a block returning to the callback: with ZMQ `hashblock`, `BENCH_NODE_BITCOIN_SAMPLES` (10)
+ * payments; polling every 10 s (the default), `BENCH_NODE_BITCOIN_POLL_SAMPLES` (3); and a
+ * bare ZMQ subscriber that fetches the block (`getblock`, verbosity 2) and POSTs it.
+ *
  * Embedded EventLog, unless `KAFKA_BROKERS` is set; a fresh database of `DATABASE_URL`.
  *
  *   npx tsx bench/nodeLatency.ts      (or `run` from bench/index.ts)
  */
+import { address as btcAddress } from "bitcoinjs-lib"
 import { Config, Effect, Logger, LogLevel } from "effect"
+import { randomBytes } from "node:crypto"
 import { createPublicClient, http, webSocket } from "viem"
+import * as zmq from "zeromq"
 import { defaultPollMillis } from "../src/Ingest/ChainIngester.ts"
 import { spawnAnvil, rpc } from "../test/ingest/harness.ts"
+import { bitcoin } from "../test/support/Chains.ts"
 import { freePort } from "../test/support/Service.ts"
 import { makeTestApp } from "../test/support/TestApp.ts"
 import { WebhookReceiver, type WebhookReceiverHandle } from "../test/support/WebhookReceiver.ts"
@@ -24,6 +34,9 @@ import { WebhookReceiver, type WebhookReceiverHandle } from "../test/support/Web
 const settings = Config.all({
   samples: Config.integer("BENCH_NODE_SAMPLES").pipe(Config.withDefault(30)),
   pollSamples: Config.integer("BENCH_NODE_POLL_SAMPLES").pipe(Config.withDefault(8)),
+  bitcoinSamples: Config.integer("BENCH_NODE_BITCOIN_SAMPLES").pipe(Config.withDefault(10)),
+  bitcoinPollSamples: Config.integer("BENCH_NODE_BITCOIN_POLL_SAMPLES").pipe(Config.withDefault(3)),
+  zmqUrl: Config.string("BITCOIN_ZMQ_URL").pipe(Config.withDefault("tcp://127.0.0.1:28332")),
   kafkaBrokers: Config.string("KAFKA_BROKERS").pipe(Config.withDefault(""))
 })
 
@@ -118,10 +131,88 @@ const bare = (nodeUrl: string, wsUrl: string, samples: number) =>
     return spread(latencies)
   }))
 
+/** A fresh regtest address (bcoin's `rb` prefix), for a merchant or a miner. */
+const regtestAddress = () => btcAddress.toBech32(randomBytes(20), 0, "rb")
+
+/** Mines one block to a stranger; when the node has it. */
+const mineBitcoin = Effect.map(bitcoin.rpc("generatetoaddress", [1, regtestAddress()]), () => Date.now())
+
+/** The service on the bitcoin regtest engine, with ZMQ or polling, paid `samples` times. */
+const bitcoinThroughService = (zmqUrl: string | null, samples: number, kafkaBrokers: string) =>
+  Effect.scoped(Effect.gen(function*() {
+    const receiver = yield* WebhookReceiver.make()
+    const app = yield* makeTestApp({
+      CHAINS: "bitcoin",
+      CONFIRMATIONS_REQUIRED: "1",
+      CALLBACK_ALLOW_PRIVATE_NETWORKS: "true",
+      PRICE_FIXED_USD: "BTC=65000",
+      POLL_INTERVAL_MS: String(defaultPollMillis("bitcoin")),
+      ...(zmqUrl === null ? {} : { BITCOIN_ZMQ_URL: zmqUrl }),
+      ...(kafkaBrokers === "" ? {} : { KAFKA_BROKERS: kafkaBrokers, KAFKA_TOPIC_PREFIX: `bench${Date.now()}`, MATCHER_GROUP_ID: `bench${Date.now()}-matcher` })
+    })
+    const signup = yield* app.request("POST", "/signup", { json: { method: "subscribe", plan: "scale" } })
+    const key = signup.body.api_key as string
+    yield* app.request("POST", "/addresses", { key, json: { chain: "bitcoin", addresses: [regtestAddress()] } })
+    const latencies: Array<number> = []
+    // The first payment also waits for the service to be running; it is not counted.
+    for (let i = -1; i < samples; i++) {
+      const path = `/bitcoin/${zmqUrl === null ? "polling" : "zmq"}/${i + 1}`
+      const created = yield* app.request("POST", "/payments", {
+        key,
+        json: { usd_amount: "5", chain: "bitcoin", callback_url: receiver.urlFor(path) }
+      })
+      if (created.status !== 200) return yield* Effect.dieMessage(`POST /payments: ${created.status} ${created.text}`)
+      yield* Effect.sleep("300 millis")
+      yield* bitcoin.send(created.body.address, BigInt(created.body.amount_wei))
+      const atNode = yield* mineBitcoin
+      const arrived = yield* arrivalAt(receiver, path)
+      if (i >= 0) latencies.push(arrived - atNode)
+    }
+    return spread(latencies)
+  }))
+
+/** The bare baseline for bitcoin: ZMQ hashblock → getblock (verbosity 2) → POST to the receiver. */
+const bareBitcoin = (zmqUrl: string, samples: number) =>
+  Effect.scoped(Effect.gen(function*() {
+    const receiver = yield* WebhookReceiver.make()
+    const socket = yield* Effect.acquireRelease(
+      Effect.sync(() => {
+        const subscriber = new zmq.Subscriber()
+        subscriber.connect(zmqUrl)
+        subscriber.subscribe("hashblock")
+        return subscriber
+      }),
+      (subscriber) => Effect.sync(() => subscriber.close())
+    )
+    let counter = 0
+    const forward = async () => {
+      for await (const [, body] of socket) {
+        if (body === undefined) continue
+        const block = await Effect.runPromise(bitcoin.rpc("getblock", [body.toString("hex"), 2]))
+        await fetch(receiver.urlFor(`/bare-bitcoin/${counter++}`), { method: "POST", body: JSON.stringify(block) })
+      }
+    }
+    // Ends with an error once the socket closes with the scope.
+    void forward().catch(() => undefined)
+    yield* Effect.sleep("500 millis")
+    const latencies: Array<number> = []
+    for (let i = 0; i < samples; i++) {
+      const atNode = yield* mineBitcoin
+      const arrived = yield* arrivalAt(receiver, `/bare-bitcoin/${i}`)
+      latencies.push(arrived - atNode)
+    }
+    return spread(latencies)
+  }))
+
 export interface NodeLatencyFigures {
   readonly subscription: Spread
   readonly polling: Spread
   readonly bare: Spread
+  readonly bitcoin: {
+    readonly zmq: Spread
+    readonly polling: Spread
+    readonly bare: Spread
+  }
 }
 
 const line = (name: string, s: Spread, base: Spread) =>
@@ -141,7 +232,21 @@ export const run = Effect.gen(function*() {
   console.log(`${"bare newHeads → getBlock → POST".padEnd(34)}: p50 ${String(bareFigures.p50).padStart(5)} ms, p99 ${String(bareFigures.p99).padStart(5)} ms, max ${String(bareFigures.max).padStart(5)} ms over ${bareFigures.count}`)
   line(`service, subscription (${s.kafkaBrokers === "" ? "embedded" : "kafka"})`, subscription, bareFigures)
   line(`service, polling every ${defaultPollMillis("ethereum")} ms`, polling, bareFigures)
-  return { subscription, polling, bare: bareFigures } satisfies NodeLatencyFigures
+
+  // Bitcoin: the wallet needs a mature coin to pay from.
+  yield* bitcoin.mineToWallet(101)
+  const bitcoinBare = yield* bareBitcoin(s.zmqUrl, s.bitcoinSamples)
+  const bitcoinZmq = yield* bitcoinThroughService(s.zmqUrl, s.bitcoinSamples, s.kafkaBrokers)
+  const bitcoinPolling = yield* bitcoinThroughService(null, s.bitcoinPollSamples, s.kafkaBrokers)
+  console.log(`${"bitcoin, bare hashblock → getblock".padEnd(34)}: p50 ${String(bitcoinBare.p50).padStart(5)} ms, p99 ${String(bitcoinBare.p99).padStart(5)} ms, max ${String(bitcoinBare.max).padStart(5)} ms over ${bitcoinBare.count}`)
+  line(`bitcoin, service, ZMQ hashblock`, bitcoinZmq, bitcoinBare)
+  line(`bitcoin, polling every ${defaultPollMillis("bitcoin")} ms`, bitcoinPolling, bitcoinBare)
+  return {
+    subscription,
+    polling,
+    bare: bareFigures,
+    bitcoin: { zmq: bitcoinZmq, polling: bitcoinPolling, bare: bitcoinBare }
+  } satisfies NodeLatencyFigures
 }).pipe(Effect.scoped, Effect.provide(Logger.minimumLogLevel(LogLevel.Error)))
 
 if (import.meta.url === `file://${process.argv[1]}`) {
