@@ -68,42 +68,56 @@ const arrivalAt = (receiver: WebhookReceiverHandle, path: string) =>
     (all) => all.find((r) => r.path === path)!.at
   )
 
-/** The service, subscribed or polling, paid `samples` times one after the other. */
-const throughService = (nodeUrl: string, wsUrl: string | null, samples: number, kafkaBrokers: string) =>
+/** How one chain is paid through the service: its settings, a receive address, a payer. */
+interface Payee {
+  readonly chain: "ethereum" | "bitcoin"
+  readonly env: Record<string, string>
+  readonly address: string
+  /** Pays `amount` (smallest units) to `address` in a block; when the node has that block. */
+  readonly pay: (address: string, amount: bigint) => Effect.Effect<number>
+}
+
+/** The service on `payee.chain`, subscribed or polling, paid `samples` times one after the other. */
+const throughService = (payee: Payee, samples: number, kafkaBrokers: string) =>
   Effect.scoped(Effect.gen(function*() {
     const receiver = yield* WebhookReceiver.make()
     const app = yield* makeTestApp({
-      CHAINS: "ethereum",
-      RPC_URL_ETHEREUM: nodeUrl,
-      CHAIN_ID_ETHEREUM: "31337",
+      CHAINS: payee.chain,
       CONFIRMATIONS_REQUIRED: "1",
       CALLBACK_ALLOW_PRIVATE_NETWORKS: "true",
-      PRICE_FIXED_USD: "ETH=3000",
-      POLL_INTERVAL_MS: String(defaultPollMillis("ethereum")),
-      ...(wsUrl === null ? {} : { WS_URL_ETHEREUM: wsUrl }),
+      PRICE_FIXED_USD: "ETH=3000,BTC=65000",
+      POLL_INTERVAL_MS: String(defaultPollMillis(payee.chain)),
+      ...payee.env,
       ...(kafkaBrokers === "" ? {} : { KAFKA_BROKERS: kafkaBrokers, KAFKA_TOPIC_PREFIX: `bench${Date.now()}`, MATCHER_GROUP_ID: `bench${Date.now()}-matcher` })
     })
     const signup = yield* app.request("POST", "/signup", { json: { method: "subscribe", plan: "scale" } })
     const key = signup.body.api_key as string
-    const address = `0x${Date.now().toString(16).padStart(40, "0")}`
-    yield* app.request("POST", "/addresses", { key, json: { chain: "ethereum", addresses: [address] } })
+    yield* app.request("POST", "/addresses", { key, json: { chain: payee.chain, addresses: [payee.address] } })
     const latencies: Array<number> = []
     // The first payment also waits for the service to be running; it is not counted.
     for (let i = -1; i < samples; i++) {
       const path = `/service/${i + 1}`
       const created = yield* app.request("POST", "/payments", {
         key,
-        json: { usd_amount: "5", chain: "ethereum", callback_url: receiver.urlFor(path) }
+        json: { usd_amount: "5", chain: payee.chain, callback_url: receiver.urlFor(path) }
       })
       if (created.status !== 200) return yield* Effect.dieMessage(`POST /payments: ${created.status} ${created.text}`)
       // Wait until the ingester has passed the payment's start block, as a payer would be.
       yield* Effect.sleep("300 millis")
-      const atNode = yield* pay(nodeUrl, created.body.address, BigInt(created.body.amount_wei))
+      const atNode = yield* payee.pay(created.body.address, BigInt(created.body.amount_wei))
       const arrived = yield* arrivalAt(receiver, path)
       if (i >= 0) latencies.push(arrived - atNode)
     }
     return spread(latencies)
   }))
+
+/** Ethereum on anvil at `nodeUrl`, woken by `wsUrl`'s newHeads or polling. */
+const ethereumPayee = (nodeUrl: string, wsUrl: string | null): Payee => ({
+  chain: "ethereum",
+  env: { RPC_URL_ETHEREUM: nodeUrl, CHAIN_ID_ETHEREUM: "31337", ...(wsUrl === null ? {} : { WS_URL_ETHEREUM: wsUrl }) },
+  address: `0x${Date.now().toString(16).padStart(40, "0")}`,
+  pay: (address, amount) => pay(nodeUrl, address, amount)
+})
 
 /** The bare baseline: newHeads → eth_getBlockByNumber → POST to the receiver. */
 const bare = (nodeUrl: string, wsUrl: string, samples: number) =>
@@ -137,39 +151,14 @@ const regtestAddress = () => btcAddress.toBech32(randomBytes(20), 0, "rb")
 /** Mines one block to a stranger; when the node has it. */
 const mineBitcoin = Effect.map(bitcoin.rpc("generatetoaddress", [1, regtestAddress()]), () => Date.now())
 
-/** The service on the bitcoin regtest engine, with ZMQ or polling, paid `samples` times. */
-const bitcoinThroughService = (zmqUrl: string | null, samples: number, kafkaBrokers: string) =>
-  Effect.scoped(Effect.gen(function*() {
-    const receiver = yield* WebhookReceiver.make()
-    const app = yield* makeTestApp({
-      CHAINS: "bitcoin",
-      CONFIRMATIONS_REQUIRED: "1",
-      CALLBACK_ALLOW_PRIVATE_NETWORKS: "true",
-      PRICE_FIXED_USD: "BTC=65000",
-      POLL_INTERVAL_MS: String(defaultPollMillis("bitcoin")),
-      ...(zmqUrl === null ? {} : { BITCOIN_ZMQ_URL: zmqUrl }),
-      ...(kafkaBrokers === "" ? {} : { KAFKA_BROKERS: kafkaBrokers, KAFKA_TOPIC_PREFIX: `bench${Date.now()}`, MATCHER_GROUP_ID: `bench${Date.now()}-matcher` })
-    })
-    const signup = yield* app.request("POST", "/signup", { json: { method: "subscribe", plan: "scale" } })
-    const key = signup.body.api_key as string
-    yield* app.request("POST", "/addresses", { key, json: { chain: "bitcoin", addresses: [regtestAddress()] } })
-    const latencies: Array<number> = []
-    // The first payment also waits for the service to be running; it is not counted.
-    for (let i = -1; i < samples; i++) {
-      const path = `/bitcoin/${zmqUrl === null ? "polling" : "zmq"}/${i + 1}`
-      const created = yield* app.request("POST", "/payments", {
-        key,
-        json: { usd_amount: "5", chain: "bitcoin", callback_url: receiver.urlFor(path) }
-      })
-      if (created.status !== 200) return yield* Effect.dieMessage(`POST /payments: ${created.status} ${created.text}`)
-      yield* Effect.sleep("300 millis")
-      yield* bitcoin.send(created.body.address, BigInt(created.body.amount_wei))
-      const atNode = yield* mineBitcoin
-      const arrived = yield* arrivalAt(receiver, path)
-      if (i >= 0) latencies.push(arrived - atNode)
-    }
-    return spread(latencies)
-  }))
+/** Bitcoin on the regtest engine, woken by ZMQ `hashblock` at `zmqUrl` or polling. */
+const bitcoinPayee = (zmqUrl: string | null): Payee => ({
+  chain: "bitcoin",
+  env: zmqUrl === null ? {} : { BITCOIN_ZMQ_URL: zmqUrl },
+  address: regtestAddress(),
+  // In the mempool first, then mined.
+  pay: (address, amount) => Effect.zipRight(bitcoin.send(address, amount), mineBitcoin)
+})
 
 /** The bare baseline for bitcoin: ZMQ hashblock → getblock (verbosity 2) → POST to the receiver. */
 const bareBitcoin = (zmqUrl: string, samples: number) =>
@@ -227,8 +216,8 @@ export const run = Effect.gen(function*() {
   const node = yield* spawnAnvil(port)
   const wsUrl = `ws://127.0.0.1:${port}`
   const bareFigures = yield* bare(node.url, wsUrl, s.samples)
-  const subscription = yield* throughService(node.url, wsUrl, s.samples, s.kafkaBrokers)
-  const polling = yield* throughService(node.url, null, s.pollSamples, s.kafkaBrokers)
+  const subscription = yield* throughService(ethereumPayee(node.url, wsUrl), s.samples, s.kafkaBrokers)
+  const polling = yield* throughService(ethereumPayee(node.url, null), s.pollSamples, s.kafkaBrokers)
   console.log(`${"bare newHeads → getBlock → POST".padEnd(34)}: p50 ${String(bareFigures.p50).padStart(5)} ms, p99 ${String(bareFigures.p99).padStart(5)} ms, max ${String(bareFigures.max).padStart(5)} ms over ${bareFigures.count}`)
   line(`service, subscription (${s.kafkaBrokers === "" ? "embedded" : "kafka"})`, subscription, bareFigures)
   line(`service, polling every ${defaultPollMillis("ethereum")} ms`, polling, bareFigures)
@@ -236,8 +225,8 @@ export const run = Effect.gen(function*() {
   // Bitcoin: the wallet needs a mature coin to pay from.
   yield* bitcoin.mineToWallet(101)
   const bitcoinBare = yield* bareBitcoin(s.zmqUrl, s.bitcoinSamples)
-  const bitcoinZmq = yield* bitcoinThroughService(s.zmqUrl, s.bitcoinSamples, s.kafkaBrokers)
-  const bitcoinPolling = yield* bitcoinThroughService(null, s.bitcoinPollSamples, s.kafkaBrokers)
+  const bitcoinZmq = yield* throughService(bitcoinPayee(s.zmqUrl), s.bitcoinSamples, s.kafkaBrokers)
+  const bitcoinPolling = yield* throughService(bitcoinPayee(null), s.bitcoinPollSamples, s.kafkaBrokers)
   console.log(`${"bitcoin, bare hashblock → getblock".padEnd(34)}: p50 ${String(bitcoinBare.p50).padStart(5)} ms, p99 ${String(bitcoinBare.p99).padStart(5)} ms, max ${String(bitcoinBare.max).padStart(5)} ms over ${bitcoinBare.count}`)
   line(`bitcoin, service, ZMQ hashblock`, bitcoinZmq, bitcoinBare)
   line(`bitcoin, polling every ${defaultPollMillis("bitcoin")} ms`, bitcoinPolling, bitcoinBare)
