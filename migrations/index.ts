@@ -12,5 +12,6 @@ export const loader = Migrator.fromGlob({
   "./00005_matcher.ts": () => import("./00005_matcher.ts"),
   "./00006_assets.ts": () => import("./00006_assets.ts"),
   "./00008_webhook_signing.ts": () => import("./00008_webhook_signing.ts"),
-  "./00009_open_watch.ts": () => import("./00009_open_watch.ts")
+  "./00009_open_watch.ts": () => import("./00009_open_watch.ts"),
+  "./00010_taken_runs.ts": () => import("./00010_taken_runs.ts")
 })

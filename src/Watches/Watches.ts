@@ -2,8 +2,9 @@
  * Every open expectation (payment, signup intent, challenge) is one row in `watches`. A partial
  * unique index over open watches guarantees that no transfer can match two of them: when the
  * requested amount is taken on that address (for that asset), it is raised by one smallest unit
- * until it is free. The database function `open_watch` (migrations/00009_open_watch.ts) does
- * that search and the insert in one call, with openings on one address taking turns.
+ * until it is free. The database function `open_watch` (migrations/00009_open_watch.ts, with
+ * the run it remembers per requested amount in migrations/00010_taken_runs.ts) does that search
+ * and the insert in one call, with openings on one address taking turns.
  *
  * `open` is the one way a payment, a signup intent or a challenge comes to be: quote (price
  * and chain head, before any transaction), then the caller's write, which opens the watch

@@ -311,6 +311,44 @@ layer(App.layer(), { excludeTestServices: true })("free amounts", (it) => {
       yield* Effect.promise(() => fc.assert(property, { numRuns: 60 }))
     }).pipe(Effect.scoped))
 
+  it.effect("keeps handing out the first free amount while watches of the same amount close in any order", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const db = yield* databaseOf(app)
+      const base = 10n ** 30n
+      // Mostly the same amount asked for again (the case remembered runs speed up), some
+      // amounts just above it, and closes (as the matcher and the expiry sweeper close
+      // watches: an UPDATE of `open`) of any held amount, one or several in one statement.
+      const step = fc.oneof(
+        { arbitrary: fc.record({ open: fc.oneof({ arbitrary: fc.constant(0), weight: 3 }, fc.integer({ min: 1, max: 4 })) }), weight: 3 },
+        { arbitrary: fc.record({ close: fc.uniqueArray(fc.nat(), { minLength: 1, maxLength: 3 }) }), weight: 2 }
+      )
+      const property = fc.asyncProperty(fc.array(step, { minLength: 1, maxLength: 60 }), (steps) =>
+        Effect.runPromise(Effect.gen(function*() {
+          const address = `0x${randomBytes(20).toString("hex")}`
+          const held = new Map<bigint, string>()
+          for (const s of steps) {
+            if ("open" in s) {
+              const requested = base + BigInt(s.open)
+              const id = randomUUID()
+              const rows = yield* db<{ amount: string }>`
+                SELECT open_watch(${id}::uuid, 'payment', 'ethereum', 'native', ${address}, ${requested.toString()}::numeric,
+                                  NULL::bigint, now() + interval '1 hour')::text AS amount`
+              const expected = firstFree(new Set(held.keys()), requested)
+              expect(BigInt(rows[0]!.amount)).toBe(expected)
+              held.set(expected, id)
+            } else if (held.size > 0) {
+              const amounts = [...held.keys()].sort((a, b) => (a < b ? -1 : 1))
+              const closing = [...new Set(s.close.map((i) => amounts[i % amounts.length]!))]
+              yield* db`UPDATE watches SET open = false WHERE id IN ${db.in(closing.map((amount) => held.get(amount)!))}`
+              for (const amount of closing) held.delete(amount)
+            }
+          }
+        }).pipe(Effect.orDie))
+      )
+      yield* Effect.promise(() => fc.assert(property, { numRuns: 40 }))
+    }).pipe(Effect.scoped), { timeout: 60_000 })
+
   it.effect("finds the end of long runs of taken amounts, with and without a gap far above", () =>
     Effect.gen(function*() {
       const app = yield* App
