@@ -14,9 +14,10 @@
  * whether the feed is live: live from a completed ZMTP handshake (a bare TCP connect could
  * be any server) until the connection drops, and ZMTP heartbeats turn a silently dead
  * connection into a drop. Each loss is logged once, the ingester polls meanwhile, and a
- * feed coming back wakes it once for the blocks found while it was down.
+ * feed coming back wakes it for the blocks found while it was down, and once more a second
+ * later for a block announced before the publisher had the subscription.
  */
-import { Config, Data, Effect, Option, Queue, Ref, Stream } from "effect"
+import { Config, Data, Duration, Effect, Option, Queue, Ref, Stream } from "effect"
 import * as zmq from "zeromq"
 import { Supervisor } from "../Supervision/Supervisor.ts"
 import type { HeadSource, NewHeads } from "./NewHeads.ts"
@@ -39,6 +40,9 @@ class HashBlocksFailed extends Data.TaggedError("HashBlocksFailed")<{
 }> {}
 
 const topic = "hashblock"
+
+/** Longer than a subscription takes to reach the publisher after the handshake. */
+const subscriptionSettle = Duration.seconds(1)
 
 /** Bitcoin Core's `hashblock` message: the topic, the block hash (RPC byte order), a little-endian sequence number. */
 export const decodeHashBlock = (
@@ -78,6 +82,10 @@ export const subscribeHashBlocks = (options: {
       Ref.set(lossLogged, false),
       Ref.set(lastSequence, Option.none()),
       setLive(true),
+      // The publisher drops what it sends before our subscription reaches it (ZMQ's "slow
+      // joiner"): a block found in that moment would wait for the slow poll. One more look
+      // shortly after the handshake covers it.
+      Effect.fork(Effect.delay(Queue.offer(wake, undefined), subscriptionSettle)),
       Effect.logInfo("new blocks by ZMQ hashblock notification")
     ])
 
