@@ -3,7 +3,7 @@
  * accounts and from the bitcoin regtest wallet, and mining.
  */
 import { Effect } from "effect"
-import { anvilUrl, bitcoinRpcUrl } from "./TestApp.ts"
+import { anvilUrl, bitcoinRpcUrl, eventually } from "./TestApp.ts"
 
 /** anvil's first dev account (unlocked: anvil signs its transactions). */
 export const anvilPayer = "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266"
@@ -28,18 +28,26 @@ const jsonRpc = (url: string, method: string, params: ReadonlyArray<unknown> = [
     return body.result
   })
 
+type Receipt = { blockNumber: string; blockHash: string }
+
+/** anvil's automine mines in its own task, so a receipt can be missing for a moment after the send. */
+const receiptOf = (hash: string) =>
+  Effect.map(
+    eventually(jsonRpc(anvilUrl(), "eth_getTransactionReceipt", [hash]), (r) => r !== null, 30),
+    (r) => r as Receipt
+  )
+
 export const anvil = {
   rpc: (method: string, params: ReadonlyArray<unknown> = []) => jsonRpc(anvilUrl(), method, params),
-  /** Sends `wei` from the dev account; with automine on it is mined at once. Returns the tx hash. */
+  /** Sends `wei` from the dev account and returns the tx hash once automine has mined it. */
   send: (to: string, wei: bigint) =>
-    Effect.map(
-      jsonRpc(anvilUrl(), "eth_sendTransaction", [{ from: anvilPayer, to, value: `0x${wei.toString(16)}` }]),
-      (hash) => String(hash)
+    jsonRpc(anvilUrl(), "eth_sendTransaction", [{ from: anvilPayer, to, value: `0x${wei.toString(16)}` }]).pipe(
+      Effect.map(String),
+      Effect.tap(receiptOf)
     ),
   mine: (blocks = 1) => jsonRpc(anvilUrl(), "anvil_mine", [`0x${blocks.toString(16)}`]),
   head: Effect.map(jsonRpc(anvilUrl(), "eth_blockNumber"), (hex) => BigInt(String(hex))),
-  receipt: (hash: string) =>
-    Effect.map(jsonRpc(anvilUrl(), "eth_getTransactionReceipt", [hash]), (r) => r as { blockNumber: string; blockHash: string })
+  receipt: receiptOf
 }
 
 const walletUrl = () => process.env.BITCOIN_WALLET_RPC_URL ?? "http://confirmd:confirmd@127.0.0.1:18445"
