@@ -9,10 +9,13 @@
  *   `BENCH_HOT_WATCHES` (2,000) hold the requested amount and the ones above it on the
  *   requests' address;
  * - GET /payments/{id} against the bare server's key-hash + single-row read;
+ * - each against two bare servers: one sending its statements unnamed (`pg`'s default), one
+ *   preparing them as the service does (`DATABASE_PREPARE`), so the ratio to the second is the
+ *   framework's cost alone;
  * - the process's RSS and POST latency (concurrency 1) at each of `BENCH_WATCH_STEPS`
  *   (10000,100000,1000000) open watches.
  *
- * `BENCH_HTTP_REQUESTS` (300) requests per figure, after `BENCH_HTTP_WARMUP` (1,000) unmeasured
+ * `BENCH_HTTP_REQUESTS` (1,000) requests per figure, after `BENCH_HTTP_WARMUP` (1,000) unmeasured
  * POSTs to each server. The service and the bare server run in this process (the service on
  * a fresh database of `DATABASE_URL`, an anvil of its own as ethereum, prices from the local
  * price server), so RSS is the service's plus the bench's; the requests come from a load
@@ -31,7 +34,7 @@ import { makeTestApp } from "../test/support/TestApp.ts"
 import { type LoadRequest, loadClient, type Run } from "./httpLoad.ts"
 
 const settings = Config.all({
-  requests: Config.integer("BENCH_HTTP_REQUESTS").pipe(Config.withDefault(300)),
+  requests: Config.integer("BENCH_HTTP_REQUESTS").pipe(Config.withDefault(1000)),
   warmup: Config.integer("BENCH_HTTP_WARMUP").pipe(Config.withDefault(1000)),
   concurrency: Config.array(Config.integer(), "BENCH_HTTP_CONCURRENCY").pipe(Config.withDefault([1, 10, 50])),
   background: Config.integer("BENCH_BACKGROUND_WATCHES").pipe(Config.withDefault(100_000)),
@@ -62,7 +65,7 @@ const bodyOf = (request: IncomingMessage) =>
 /**
  * POST /payments in one statement, as the service writes it (Payments.ts): the least-used
  * address (locked), one event of the allowance, the address counted, the watch at the first
- * free amount through `open_watch` (migrations/00009_open_watch.ts), the payment.
+ * free amount through `open_watch` (migrations/00010_taken_runs.ts), the payment.
  */
 const createSql = `
   WITH picked AS MATERIALIZED (
@@ -87,20 +90,25 @@ const createSql = `
 /**
  * The bare baseline: node:http and a pg pool doing what POST /payments and GET
  * /payments/{id} must do in PostgreSQL, without the framework, validation or price lookup.
+ * `prepared`: its statements are sent by name, as the service sends them (parsed once per
+ * connection), rather than unnamed as `pg` does by default.
  */
-const bareServer = (databaseUrl: string, poolSize: number) =>
+const bareServer = (databaseUrl: string, poolSize: number, prepared: boolean) =>
   Effect.acquireRelease(
     Effect.async<{ readonly url: string; readonly close: () => Promise<void> }>((resume) => {
       const pool = new pg.Pool({ connectionString: databaseUrl, max: poolSize })
+      const statement = (name: string, text: string, values: Array<unknown>): pg.QueryConfig =>
+        prepared ? { name, text, values } : { text, values }
       const accountOf = async (client: pg.PoolClient, request: IncomingMessage) => {
         const key = String(request.headers["x-api-key"] ?? "")
         const hash = createHash("sha256").update(key).digest("hex")
         // With the subscription, as the service reads it.
-        const rows = await client.query<{ id: string }>(
+        const rows = await client.query<{ id: string }>(statement(
+          "account",
           `SELECT a.id, s.plan, s.status, s.events_used, s.period_start, s.period_end
            FROM accounts a LEFT JOIN subscriptions s ON s.account_id = a.id WHERE a.api_key_hash = $1`,
           [hash]
-        )
+        ))
         return rows.rows[0]?.id
       }
       const handle = async (request: IncomingMessage, response: ServerResponse) => {
@@ -112,20 +120,22 @@ const bareServer = (databaseUrl: string, poolSize: number) =>
             const input = JSON.parse(await bodyOf(request)) as { usd_amount: string; chain: string; callback_url: string }
             const requested = usdToSmallest(BigDecimal.unsafeFromString(input.usd_amount), BigDecimal.unsafeFromString(ethPrice), 18)
             const id = randomUUID()
-            const created = (await client.query<{ address: string; amount: string | null }>(
+            const created = (await client.query<{ address: string; amount: string | null }>(statement(
+              "create",
               createSql,
               [id, account, input.chain, requested.toString(), input.usd_amount, input.callback_url]
-            )).rows[0]
+            ))).rows[0]
             if (created?.amount == null) throw new Error("no address or allowance used up")
             const { address, amount } = created
             response.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ payment_id: id, address, amount }))
           } else {
             const id = (request.url ?? "").split("/").at(-1)
-            const rows = await client.query(
+            const rows = await client.query(statement(
+              "read",
               `SELECT id, status, chain, address, amount_smallest::text, usd_amount::text, tx_hash, confirmations
                FROM payments WHERE account_id = $1 AND id = $2`,
               [account, id]
-            )
+            ))
             response.writeHead(rows.rows.length === 1 ? 200 : 404, { "content-type": "application/json" })
               .end(JSON.stringify(rows.rows[0] ?? null))
           }
@@ -188,9 +198,16 @@ const addHotWatches = (pool: pg.Pool, address: string, amount: bigint, count: nu
 const pad = (n: number, width = 6) => String(Math.round(n)).padStart(width)
 const ratio = (a: number, b: number) => (a / b).toFixed(2)
 
+/** A figure of the service next to the bare server's, unnamed and prepared statements. */
+export interface Compared {
+  readonly service: Run
+  readonly bare: Run
+  readonly barePrepared: Run
+}
+
 export interface PaymentsFigures {
-  readonly post: ReadonlyArray<{ readonly load: string; readonly concurrency: number; readonly service: Run; readonly bare: Run }>
-  readonly get: ReadonlyArray<{ readonly concurrency: number; readonly service: Run; readonly bare: Run }>
+  readonly post: ReadonlyArray<{ readonly load: string; readonly concurrency: number } & Compared>
+  readonly get: ReadonlyArray<{ readonly concurrency: number } & Compared>
   readonly watches: ReadonlyArray<{ readonly open: number; readonly rssMb: number; readonly post: Run }>
 }
 
@@ -206,7 +223,8 @@ export const run = Effect.gen(function*() {
   })
   const pool = new pg.Pool({ connectionString: app.databaseUrl, max: 2 })
   yield* Effect.addFinalizer(() => Effect.promise(() => pool.end()))
-  const bare = yield* bareServer(app.databaseUrl, 20)
+  const bare = yield* bareServer(app.databaseUrl, 20, false)
+  const barePrepared = yield* bareServer(app.databaseUrl, 20, true)
   const client = yield* loadClient
 
   /** A scale-plan merchant with one ethereum address, for the service and one for the bare server. */
@@ -222,18 +240,29 @@ export const run = Effect.gen(function*() {
   const serviceKey = yield* merchant(serviceAddress)
   const bareKey = yield* merchant(bareAddress)
 
+  /** The same requests to the service and to both bare servers (the bare ones share a merchant). */
+  const compare = (concurrency: number, requests: (baseUrl: string, key: string) => ReadonlyArray<LoadRequest>) =>
+    Effect.gen(function*() {
+      const service = yield* client.run(concurrency, requests(app.baseUrl, serviceKey))
+      const bareRun = yield* client.run(concurrency, requests(bare.url, bareKey))
+      const preparedRun = yield* client.run(concurrency, requests(barePrepared.url, bareKey))
+      return { service, bare: bareRun, barePrepared: preparedRun } satisfies Compared
+    })
+  const line = ({ service, bare, barePrepared }: Compared) =>
+    `service ${pad(service.perSecond)} req/s (p50 ${service.p50.toFixed(1)} ms, p99 ${service.p99.toFixed(1)} ms), ` +
+    `bare ${pad(bare.perSecond)} req/s (p50 ${bare.p50.toFixed(1)}, p99 ${bare.p99.toFixed(1)}): ${ratio(service.perSecond, bare.perSecond)}x, ` +
+    `bare prepared ${pad(barePrepared.perSecond)} req/s: ${ratio(service.perSecond, barePrepared.perSecond)}x`
+
   let sequence = 0
   const postBoth = (load: string, concurrency: number, usd: (i: number) => string) =>
     Effect.gen(function*() {
-      const service = yield* client.run(concurrency, range(s.requests).map((i) => postPayment(app.baseUrl, serviceKey, usd(sequence + i))))
-      const bareRun = yield* client.run(concurrency, range(s.requests).map((i) => postPayment(bare.url, bareKey, usd(sequence + i))))
-      sequence += s.requests
-      console.log(
-        `POST /payments, ${load.padEnd(26)} c=${String(concurrency).padStart(2)}: service ${pad(service.perSecond)} req/s ` +
-          `(p50 ${service.p50.toFixed(1)} ms, p99 ${service.p99.toFixed(1)} ms), bare ${pad(bareRun.perSecond)} req/s ` +
-          `(p50 ${bareRun.p50.toFixed(1)}, p99 ${bareRun.p99.toFixed(1)}): ${ratio(service.perSecond, bareRun.perSecond)}x`
+      const figures = yield* compare(
+        concurrency,
+        (baseUrl, key) => range(s.requests).map((i) => postPayment(baseUrl, key, usd(sequence + i)))
       )
-      return { load, concurrency, service, bare: bareRun }
+      sequence += s.requests
+      console.log(`POST /payments, ${load.padEnd(26)} c=${String(concurrency).padStart(2)}: ${line(figures)}`)
+      return { load, concurrency, ...figures }
     })
 
   // Distinct amounts (each request its own cent), then the hot address after the load.
@@ -256,10 +285,10 @@ export const run = Effect.gen(function*() {
       watchFigures.push({ open, rssMb, post: latency })
     })
 
-  // Both servers warmed up alike first (JIT, connection pools), so that the first figure is
+  // The servers warmed up alike first (JIT, connection pools), so that the first figure is
   // not the service's start-up.
-  for (const url of [app.baseUrl, bare.url]) {
-    const key = url === bare.url ? bareKey : serviceKey
+  for (const url of [app.baseUrl, bare.url, barePrepared.url]) {
+    const key = url === app.baseUrl ? serviceKey : bareKey
     yield* client.run(10, range(s.warmup).map((i) => postPayment(url, key, distinct(sequence + i))))
     sequence += s.warmup
   }
@@ -290,13 +319,9 @@ export const run = Effect.gen(function*() {
   for (const c of s.concurrency) {
     const reads = (baseUrl: string, key: string, ids: ReadonlyArray<string>) =>
       range(s.requests).map((i): LoadRequest => ({ method: "GET", url: `${baseUrl}/payments/${ids[i % ids.length]}`, key }))
-    const service = yield* client.run(c, reads(app.baseUrl, serviceKey, serviceIds))
-    const bareRun = yield* client.run(c, reads(bare.url, bareKey, bareIds))
-    console.log(
-      `GET /payments/{id}, c=${String(c).padStart(2)}: service ${pad(service.perSecond)} req/s (p99 ${service.p99.toFixed(1)} ms), ` +
-        `bare ${pad(bareRun.perSecond)} req/s (p99 ${bareRun.p99.toFixed(1)} ms): ${ratio(service.perSecond, bareRun.perSecond)}x`
-    )
-    getFigures.push({ concurrency: c, service, bare: bareRun })
+    const figures = yield* compare(c, (baseUrl, key) => reads(baseUrl, key, key === serviceKey ? serviceIds : bareIds))
+    console.log(`GET /payments/{id}, c=${String(c).padStart(2)}: ${line(figures)}`)
+    getFigures.push({ concurrency: c, ...figures })
   }
 
   for (const step of s.steps.filter((n) => n > s.background)) yield* growTo(step)
