@@ -81,10 +81,28 @@ const jsonIssues = (body: unknown): Array<ValidationIssue> => {
   return issues
 }
 
+/** Fields a body carries that `payload` does not declare (the decoder built once per endpoint). */
+const undeclaredFieldsOf = (payload: AST.AST) => {
+  const decode = Schema.decodeUnknownEither(Schema.make(payload), { onExcessProperty: "error", errors: "all" })
+  return (body: unknown): Array<ValidationIssue> =>
+    Either.match(decode(body), {
+      onRight: () => [],
+      onLeft: (error) =>
+        ParseResult.ArrayFormatter.formatErrorSync(error)
+          .filter((issue) => issue._tag === "Unexpected")
+          .map((issue) => ({
+            loc: ["body", ...issue.path.map((p) => typeof p === "symbol" ? String(p) : p)],
+            msg: "is not a field of this request",
+            type: "extra_forbidden"
+          }))
+    })
+}
+
 interface Route {
   readonly method: string
   readonly segments: ReadonlyArray<string>
-  readonly payload: Option.Option<AST.AST>
+  /** Fields a body carries that the endpoint does not declare; none when it takes no body. */
+  readonly undeclaredFields: Option.Option<(body: unknown) => Array<ValidationIssue>>
 }
 
 /** The API's routes, for naming path parameters and finding a body's declared fields. */
@@ -96,7 +114,7 @@ const routesOf = (api: HttpApi.HttpApi.Any): ReadonlyArray<Route> => {
       routes.push({
         method: endpoint.method,
         segments: endpoint.path.split("/"),
-        payload: Option.map(endpoint.payloadSchema, (schema) => schema.ast)
+        undeclaredFields: Option.map(endpoint.payloadSchema, (schema) => undeclaredFieldsOf(schema.ast))
       })
     }
   })
@@ -118,23 +136,6 @@ const decodeSegment = (segment: string): Option.Option<string> => {
 /** A JSON body: the platform also reads a body without a media type as JSON. */
 const isJson = (contentType: string | undefined) =>
   contentType === undefined || contentType.trim() === "" || contentType.toLowerCase().includes("application/json")
-
-/** Fields the body carries that its endpoint does not declare. */
-const undeclaredFields = (payload: AST.AST, body: unknown): Array<ValidationIssue> =>
-  Either.match(
-    Schema.decodeUnknownEither(Schema.make(payload), { onExcessProperty: "error", errors: "all" })(body),
-    {
-      onRight: () => [],
-      onLeft: (error) =>
-        ParseResult.ArrayFormatter.formatErrorSync(error)
-          .filter((issue) => issue._tag === "Unexpected")
-          .map((issue) => ({
-            loc: ["body", ...issue.path.map((p) => typeof p === "symbol" ? String(p) : p)],
-            msg: "is not a field of this request",
-            type: "extra_forbidden"
-          }))
-    }
-  )
 
 /**
  * The guard for `api`: fails with the 422 to answer, or with the platform's `RequestError`
@@ -169,7 +170,7 @@ export const makeRequestGuard = (api: HttpApi.HttpApi.Any) => {
       if (issues.length > 0) return yield* Effect.fail(validationError(issues))
 
       // Only an endpoint with a payload reads its body.
-      if (route === undefined || Option.isNone(route.payload) || request.method === "GET" || request.method === "HEAD") return
+      if (route === undefined || Option.isNone(route.undeclaredFields) || request.method === "GET" || request.method === "HEAD") return
       const hasBody = (request.headers["content-length"] ?? "0") !== "0" || request.headers["transfer-encoding"] !== undefined
       if (!hasBody) return
       // The platform would also decode forms and multipart into the payload; the API speaks JSON only.
@@ -183,7 +184,7 @@ export const makeRequestGuard = (api: HttpApi.HttpApi.Any) => {
       if (Either.isLeft(parsed)) return
       issues.push(...jsonIssues(parsed.right))
       if (issues.length === 0) {
-        issues.push(...undeclaredFields(route.payload.value, parsed.right))
+        issues.push(...route.undeclaredFields.value(parsed.right))
       }
       if (issues.length > 0) return yield* Effect.fail(validationError(issues))
     })
