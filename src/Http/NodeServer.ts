@@ -48,7 +48,7 @@ const answerClientError = (error: NodeJS.ErrnoException, socket: Duplex) => {
   const { status, reason, code, message } = refusal(error)
   // Counted with the API's requests, under the route `unparsed` (the metric registry is global).
   Effect.runSync(Metric.update(
-    httpRequests.pipe(Metric.tagged("route", "unparsed"), Metric.tagged("method", "unknown"), Metric.tagged("status", String(status))),
+    httpRequests({ route: "unparsed", method: "unknown", status: String(status) }),
     1
   ))
   const body = JSON.stringify({ error: { code, message, hint: null } })

@@ -39,18 +39,8 @@ export const withHttpMetrics = HttpMiddleware.make((app) =>
             Option.map(yield* matchedRoute, String),
             () => (status === 404 ? "unmatched" : "other")
           )
-          yield* Metric.update(
-            httpRequests.pipe(
-              Metric.tagged("route", route),
-              Metric.tagged("method", request.method),
-              Metric.tagged("status", String(status))
-            ),
-            1
-          )
-          yield* Metric.update(
-            httpRequestDuration.pipe(Metric.tagged("route", route), Metric.tagged("method", request.method)),
-            elapsed
-          )
+          yield* Metric.update(httpRequests({ route, method: request.method, status: String(status) }), 1)
+          yield* Metric.update(httpRequestDuration({ route, method: request.method }), elapsed)
         })
       )
     )

@@ -9,22 +9,49 @@
  * Ops/Status.ts, so a label set that no longer exists (a partition, a chain handed to another
  * replica) disappears instead of keeping its last value.
  */
-import { DateTime, Metric, MetricBoundaries, MetricState, Option } from "effect"
+import { DateTime, Metric, MetricBoundaries, MetricKey, MetricLabel, MetricState, Option } from "effect"
 import type { MetricPair } from "effect"
 import type { MatcherStatus } from "../Matcher/Matcher.ts"
 import type { ChainState, ChainStatus, ConsumerLag, Snapshot } from "./Status.ts"
 
+/**
+ * A metric per label set, each made on first use: an update is then a lookup in a map, where
+ * `Metric.tagged` builds and hashes a new key on every request.
+ */
+const byLabels = <M>(make: (labels: ReadonlyArray<MetricLabel.MetricLabel>) => M) => {
+  const made = new Map<string, M>()
+  return (labels: Labels): M => {
+    const id = JSON.stringify(labels)
+    let metric = made.get(id)
+    if (metric === undefined) {
+      metric = make(Object.entries(labels).map(([name, value]) => MetricLabel.make(name, value)))
+      made.set(id, metric)
+    }
+    return metric
+  }
+}
+
 /** HTTP requests by route template (`/payments/:payment_id`), method and status. */
-export const httpRequests = Metric.counter("confirmd_http_requests_total", {
-  description: "HTTP requests by route template, method and status",
-  incremental: true
-})
+export const httpRequests = byLabels((labels) =>
+  Metric.fromMetricKey(MetricKey.taggedWithLabels(
+    MetricKey.counter("confirmd_http_requests_total", {
+      description: "HTTP requests by route template, method and status",
+      incremental: true
+    }),
+    labels
+  ))
+)
 
 /** HTTP request latency by route template and method, in seconds. */
-export const httpRequestDuration = Metric.histogram(
-  "confirmd_http_request_duration_seconds",
-  MetricBoundaries.fromIterable([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]),
-  "HTTP request latency by route template and method, in seconds"
+export const httpRequestDuration = byLabels((labels) =>
+  Metric.fromMetricKey(MetricKey.taggedWithLabels(
+    MetricKey.histogram(
+      "confirmd_http_request_duration_seconds",
+      MetricBoundaries.fromIterable([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]),
+      "HTTP request latency by route template and method, in seconds"
+    ),
+    labels
+  ))
 )
 
 export type Labels = Readonly<Record<string, string>>
