@@ -28,12 +28,27 @@ export interface Run {
   readonly perSecond: number
   readonly p50: number
   readonly p99: number
+  /** Each request's latency in ms, ascending, and the job's wall time: what `combine` adds up. */
+  readonly latencies: ReadonlyArray<number>
+  readonly wallMs: number
 }
 
 type Outcome = { readonly run: Run } | { readonly error: string }
 
 const percentile = (sorted: ReadonlyArray<number>, p: number) =>
   sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))] ?? Number.NaN
+
+const runOf = (latencies: ReadonlyArray<number>, wallMs: number): Run => ({
+  perSecond: (latencies.length / wallMs) * 1000,
+  p50: percentile(latencies, 50),
+  p99: percentile(latencies, 99),
+  latencies,
+  wallMs
+})
+
+/** Several runs of one server as one: all their requests over all their wall time. */
+export const combine = (runs: ReadonlyArray<Run>): Run =>
+  runOf(runs.flatMap((run) => run.latencies).sort((a, b) => a - b), runs.reduce((sum, run) => sum + run.wallMs, 0))
 
 /** Sends the job's requests, `concurrency` at a time; throughput and latency percentiles. */
 const perform = async ({ concurrency, requests }: Job): Promise<Run> => {
@@ -56,9 +71,7 @@ const perform = async ({ concurrency, requests }: Job): Promise<Run> => {
       latencies.push(performance.now() - sent)
     }
   }))
-  const wall = performance.now() - started
-  latencies.sort((a, b) => a - b)
-  return { perSecond: (requests.length / wall) * 1000, p50: percentile(latencies, 50), p99: percentile(latencies, 99) }
+  return runOf(latencies.sort((a, b) => a - b), performance.now() - started)
 }
 
 const tsxLoader = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href

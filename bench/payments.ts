@@ -16,7 +16,7 @@
  *   (10000,100000,1000000) open watches.
  *
  * `BENCH_HTTP_REQUESTS` (1,000) requests per figure, after `BENCH_HTTP_WARMUP` (1,000) unmeasured
- * POSTs to each server. The service and the bare server run in this process (the service on
+ * POSTs to each server; the three servers take turns in `BENCH_HTTP_ROUNDS` (5) rounds. The service and the bare server run in this process (the service on
  * a fresh database of `DATABASE_URL`, an anvil of its own as ethereum, prices from the local
  * price server), so RSS is the service's plus the bench's; the requests come from a load
  * generator in another process (bench/httpLoad.ts).
@@ -31,11 +31,12 @@ import { usdToSmallest } from "../src/Domain/Money.ts"
 import { spawnAnvil } from "../test/ingest/harness.ts"
 import { freePort } from "../test/support/Service.ts"
 import { makeTestApp } from "../test/support/TestApp.ts"
-import { type LoadRequest, loadClient, type Run } from "./httpLoad.ts"
+import { combine, type LoadRequest, loadClient, type Run } from "./httpLoad.ts"
 
 const settings = Config.all({
   requests: Config.integer("BENCH_HTTP_REQUESTS").pipe(Config.withDefault(1000)),
   warmup: Config.integer("BENCH_HTTP_WARMUP").pipe(Config.withDefault(1000)),
+  rounds: Config.integer("BENCH_HTTP_ROUNDS").pipe(Config.withDefault(5)),
   concurrency: Config.array(Config.integer(), "BENCH_HTTP_CONCURRENCY").pipe(Config.withDefault([1, 10, 50])),
   background: Config.integer("BENCH_BACKGROUND_WATCHES").pipe(Config.withDefault(100_000)),
   hot: Config.integer("BENCH_HOT_WATCHES").pipe(Config.withDefault(2_000)),
@@ -240,13 +241,28 @@ export const run = Effect.gen(function*() {
   const serviceKey = yield* merchant(serviceAddress)
   const bareKey = yield* merchant(bareAddress)
 
-  /** The same requests to the service and to both bare servers (the bare ones share a merchant). */
+  /**
+   * The same requests to the service and to both bare servers (the bare ones share a merchant),
+   * in `BENCH_HTTP_ROUNDS` rounds that take turns in a rotating order, so that the machine
+   * speeding up or slowing down for a few seconds weighs on all three alike.
+   */
   const compare = (concurrency: number, requests: (baseUrl: string, key: string) => ReadonlyArray<LoadRequest>) =>
     Effect.gen(function*() {
-      const service = yield* client.run(concurrency, requests(app.baseUrl, serviceKey))
-      const bareRun = yield* client.run(concurrency, requests(bare.url, bareKey))
-      const preparedRun = yield* client.run(concurrency, requests(barePrepared.url, bareKey))
-      return { service, bare: bareRun, barePrepared: preparedRun } satisfies Compared
+      const targets = [
+        { name: "service", all: requests(app.baseUrl, serviceKey) },
+        { name: "bare", all: requests(bare.url, bareKey) },
+        { name: "barePrepared", all: requests(barePrepared.url, bareKey) }
+      ] as const
+      const runs = { service: [] as Array<Run>, bare: [] as Array<Run>, barePrepared: [] as Array<Run> }
+      const perRound = Math.ceil(targets[0].all.length / s.rounds)
+      for (let round = 0; round < s.rounds; round++) {
+        for (let turn = 0; turn < targets.length; turn++) {
+          const target = targets[(round + turn) % targets.length]!
+          const slice = target.all.slice(round * perRound, (round + 1) * perRound)
+          if (slice.length > 0) runs[target.name].push(yield* client.run(concurrency, slice))
+        }
+      }
+      return { service: combine(runs.service), bare: combine(runs.bare), barePrepared: combine(runs.barePrepared) } satisfies Compared
     })
   const line = ({ service, bare, barePrepared }: Compared) =>
     `service ${pad(service.perSecond)} req/s (p50 ${service.p50.toFixed(1)} ms, p99 ${service.p99.toFixed(1)} ms), ` +
