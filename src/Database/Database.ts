@@ -53,17 +53,18 @@ const preparingStatements = () => {
   }
 }
 
-interface PoolOptions {
-  readonly config: pg.PoolConfig
-  readonly connectTimeout: Duration.Duration
-  readonly prepare: boolean
-}
+const applicationName = "confirmd"
+const connectTimeout = Duration.seconds(10)
 
 /** A `pg` pool for the scope, checked by one query, as sql-pg's own layer makes it. */
-const pool = ({ config, connectTimeout, prepare }: PoolOptions) =>
+const pool = (config: pg.PoolConfig, prepare: boolean) =>
   Effect.acquireRelease(
     Effect.sync(() => {
-      const made = new pg.Pool(config)
+      const made = new pg.Pool({
+        ...config,
+        application_name: applicationName,
+        connectionTimeoutMillis: Duration.toMillis(connectTimeout)
+      })
       // An idle connection's error surfaces on its next use; unhandled, it would end the process.
       made.on("error", () => {})
       if (prepare) made.on("connect", preparingStatements())
@@ -99,21 +100,11 @@ const clientLayer = Layer.unwrapScoped(
   Effect.gen(function*() {
     const url = yield* Config.option(Config.redacted("DATABASE_URL"))
     const prepare = yield* Config.boolean("DATABASE_PREPARE").pipe(Config.withDefault(true))
-    const applicationName = "confirmd"
-    const common = { connectTimeout: Duration.seconds(10), prepare } as const
     if (Option.isSome(url)) {
       const maxConnections = yield* Config.integer("DATABASE_POOL_SIZE").pipe(Config.withDefault(10))
       return PgClient.layerFromPool({
         applicationName,
-        acquire: pool({
-          ...common,
-          config: {
-            connectionString: Redacted.value(url.value),
-            max: maxConnections,
-            connectionTimeoutMillis: 10_000,
-            application_name: applicationName
-          }
-        })
+        acquire: pool({ connectionString: Redacted.value(url.value), max: maxConnections }, prepare)
       })
     }
     const dataDir = yield* Config.string("DATA_DIR").pipe(Config.withDefault("./data"))
@@ -123,20 +114,15 @@ const clientLayer = Layer.unwrapScoped(
     return PgClient.layerFromPool({
       applicationName,
       acquire: pool({
-        ...common,
-        config: {
-          host: host ?? "127.0.0.1",
-          port: Number(port),
-          user: "postgres",
-          database: "postgres",
-          password: "postgres",
-          max: 1,
-          min: 1,
-          idleTimeoutMillis: 0,
-          connectionTimeoutMillis: 10_000,
-          application_name: applicationName
-        }
-      })
+        host: host ?? "127.0.0.1",
+        port: Number(port),
+        user: "postgres",
+        database: "postgres",
+        password: "postgres",
+        max: 1,
+        min: 1,
+        idleTimeoutMillis: 0
+      }, prepare)
     })
   })
 )
