@@ -18,7 +18,7 @@ import { run as ingest } from "./ingest.ts"
 import { run as latency } from "./latency.ts"
 import { run as matcher } from "./matcher.ts"
 import { run as nodeLatency } from "./nodeLatency.ts"
-import { run as payments } from "./payments.ts"
+import { type Compared, run as payments } from "./payments.ts"
 
 const targetTransfersPerSecond = 10_000
 const targetP99Ms = 250
@@ -111,12 +111,15 @@ const benches = Effect.gen(function*() {
     `bitcoin node → webhook p99: ZMQ hashblock ${fromNode.bitcoin.zmq.p99} ms (target < 500 ms: ${verdict(fromNode.bitcoin.zmq.p99 < 500)}), ` +
       `polling ${fromNode.bitcoin.polling.p99} ms, bare ZMQ client ${fromNode.bitcoin.bare.p99} ms`
   )
+  /** A service figure against both bare servers; `goal` follows the ratio to the unprepared one. */
+  const againstBare = ({ service, bare, barePrepared }: Compared, goal = "") =>
+    `${Math.round(service.perSecond)} vs ${Math.round(bare.perSecond)} req/s bare = ${x(service.perSecond, bare.perSecond)}${goal}; ` +
+    `vs ${Math.round(barePrepared.perSecond)} req/s bare prepared = ${x(service.perSecond, barePrepared.perSecond)}`
   for (const r of api.post) {
-    yield* Console.log(
-      `POST /payments c=${String(r.concurrency).padStart(2)}, ${r.load}: ${Math.round(r.service.perSecond)} vs ${Math.round(r.bare.perSecond)} req/s bare = ` +
-        `${x(r.service.perSecond, r.bare.perSecond)}` + (r.concurrency === 10 && r.load.startsWith("no") ? ` (goal ≥ 0.7x: ${verdict(r.service.perSecond / r.bare.perSecond >= 0.7)})` : "") +
-        `; vs ${Math.round(r.barePrepared.perSecond)} req/s bare prepared = ${x(r.service.perSecond, r.barePrepared.perSecond)}`
-    )
+    const goal = r.concurrency === 10 && r.load.startsWith("no")
+      ? ` (goal ≥ 0.7x: ${verdict(r.service.perSecond / r.bare.perSecond >= 0.7)})`
+      : ""
+    yield* Console.log(`POST /payments c=${String(r.concurrency).padStart(2)}, ${r.load}: ${againstBare(r, goal)}`)
   }
   const idle10 = api.post.find((r) => r.concurrency === 10 && r.load.startsWith("no"))
   const loaded10 = api.post.find((r) => r.concurrency === 10 && !r.load.startsWith("no"))
@@ -126,10 +129,7 @@ const benches = Effect.gen(function*() {
     yield* Console.log(`POST /payments c=10 with the watch load: ${change} (goal at most 20 % slower: ${verdict(drop <= 0.2)})`)
   }
   for (const r of api.get) {
-    yield* Console.log(
-      `GET /payments/{id} c=${String(r.concurrency).padStart(2)}: ${Math.round(r.service.perSecond)} vs ${Math.round(r.bare.perSecond)} req/s bare = ` +
-        `${x(r.service.perSecond, r.bare.perSecond)}; vs ${Math.round(r.barePrepared.perSecond)} req/s bare prepared = ${x(r.service.perSecond, r.barePrepared.perSecond)}`
-    )
+    yield* Console.log(`GET /payments/{id} c=${String(r.concurrency).padStart(2)}: ${againstBare(r)}`)
   }
   for (const w of api.watches) {
     yield* Console.log(`${w.open} open watches: RSS ${w.rssMb.toFixed(0)} MB, POST p99 ${w.post.p99.toFixed(1)} ms`)

@@ -16,10 +16,10 @@
  *   (10000,100000,1000000) open watches.
  *
  * `BENCH_HTTP_REQUESTS` (1,000) requests per figure, after `BENCH_HTTP_WARMUP` (1,000) unmeasured
- * POSTs to each server; the three servers take turns in `BENCH_HTTP_ROUNDS` (5) rounds. The service and the bare server run in this process (the service on
- * a fresh database of `DATABASE_URL`, an anvil of its own as ethereum, prices from the local
- * price server), so RSS is the service's plus the bench's; the requests come from a load
- * generator in another process (bench/httpLoad.ts).
+ * POSTs to each server; the three servers take turns in `BENCH_HTTP_ROUNDS` (5) rounds. They
+ * run in this process (the service on a fresh database of `DATABASE_URL`, an anvil of its own
+ * as ethereum, prices from the local price server), so RSS is the service's plus the bench's;
+ * the requests come from a load generator in another process (bench/httpLoad.ts).
  *
  *   npx tsx bench/payments.ts      (or `run` from bench/index.ts)
  */
