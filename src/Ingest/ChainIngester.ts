@@ -1,8 +1,11 @@
 /**
  * One ingester fiber per enabled chain: polls the node, fetches new blocks (concurrently
  * when catching up), publishes them in order to `<prefix>.blocks.<chain>` and then advances
- * the chain's cursor in PostgreSQL. Delivery is at-least-once: a crash between the publish
- * and the cursor write publishes that block again, and consumers are idempotent.
+ * the chain's cursor in PostgreSQL. The blocks fetched while one run is being published make
+ * up the next run (at most 64), published and recorded together: one block when the chain is
+ * followed live, one publish and one cursor write per run when catching up. Delivery is
+ * at-least-once: a crash between the publish and the cursor write publishes that run again,
+ * and consumers are idempotent.
  *
  * Reorgs: each block's parentHash is checked against the cursor. On a mismatch the ingester
  * walks back over its kept headers (`REORG_DEPTH`), comparing each with the node's hash at
@@ -37,7 +40,7 @@
  *   notifications wake the ingester the same way (HashBlocks.ts).
  */
 import { NodeSocket } from "@effect/platform-node"
-import { Config, ConfigError, Duration, Effect, Either, Layer, Option, Stream } from "effect"
+import { Chunk, Config, ConfigError, Duration, Effect, Either, Layer, Option, Sink, Stream } from "effect"
 import { type ChainBlock, chainIdConfig, ChainClients } from "../Chains/ChainClients.ts"
 import { type ChainName, chains } from "../Domain/Chain.ts"
 import { EventLog } from "../EventLog/EventLog.ts"
@@ -99,6 +102,26 @@ export const ingestSettingsConfig = (chain: ChainName): Config.Config<IngestSett
       })),
     subscribedPollInterval: atLeastOne("SUBSCRIBED_POLL_INTERVAL_MS").pipe(Config.withDefault(30_000), Config.map(Duration.millis))
   })
+}
+
+/** Most blocks published together while catching up: one publish and one cursor write for the run. */
+const maxRunBlocks = 64
+
+/**
+ * How many of `run` (consecutive heights, oldest first) extend the chain whose newest block
+ * is `tipHash`: each block's parent is the block before it (the first's, `tipHash`; not
+ * checked when null).
+ */
+export const linkedLength = (
+  tipHash: string | null,
+  run: ReadonlyArray<{ readonly hash: string; readonly parentHash: string }>
+): number => {
+  let parent = tipHash
+  for (let i = 0; i < run.length; i++) {
+    if (parent !== null && run[i]!.parentHash !== parent) return i
+    parent = run[i]!.hash
+  }
+  return run.length
 }
 
 /** Runs the ingester of `chain` until interrupted, starting again after every failure. */
@@ -195,23 +218,30 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
           yield* rewound(to, ancestor)
         })
 
-      /** Publishes `block` if it extends the cursor; otherwise handles the reorg and says stop. */
-      const accept = (block: ChainBlock, nodeHead: bigint) =>
+      /**
+       * Publishes the blocks of `run` that extend the cursor, in one publish and one cursor
+       * write; a block that does not extend it is a reorg: handled, and says stop.
+       */
+      const accept = (run: ReadonlyArray<ChainBlock>, nodeHead: bigint) =>
         Effect.gen(function*() {
-          if (tip !== null && tip.hash !== null && block.parentHash !== tip.hash) {
+          const extending = run.slice(0, linkedLength(tip?.hash ?? null, run))
+          const newest = extending[extending.length - 1]
+          if (newest !== undefined) {
+            const published: BlockRef = { number: newest.number, hash: newest.hash }
+            // A run under way is finished on shutdown or when the chain's lock goes.
+            yield* Effect.uninterruptible(Effect.zipRight(
+              eventLog.publish(outgoing(eventLog, extending.flatMap((block) => blockRecords(block)))),
+              cursors.advance(chain, extending.map((block) => ({ number: block.number, hash: block.hash })), settings.reorgDepth)
+            ))
+            tip = published
+            next = newest.number + 1n
+            yield* registry.update(chain, (s) => ({ ...s, lastPublished: published, lastBlockTime: newest.timestamp }))
+            yield* progressed
+          }
+          if (extending.length < run.length) {
             yield* reorg(nodeHead)
             return false
           }
-          const published: BlockRef = { number: block.number, hash: block.hash }
-          // A block under way is finished on shutdown or when the chain's lock goes.
-          yield* Effect.uninterruptible(Effect.zipRight(
-            eventLog.publish(outgoing(eventLog, blockRecords(block))),
-            cursors.advance(chain, published, settings.reorgDepth)
-          ))
-          tip = published
-          next = block.number + 1n
-          yield* registry.update(chain, (s) => ({ ...s, lastPublished: published, lastBlockTime: block.timestamp }))
-          yield* progressed
           return true
         })
 
@@ -249,10 +279,12 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
         behindLogged = false
         const last = head < next + batch - 1n ? head : next + batch - 1n
         const heights = Array.from({ length: Number(last - next + 1n) }, (_, i) => next + BigInt(i))
-        // mapEffect keeps the order of heights while fetching several at once.
+        // mapEffect keeps the order of heights while fetching several at once; the blocks
+        // fetched while a run is being published make up the next run.
         yield* Stream.fromIterable(heights).pipe(
           Stream.mapEffect((height) => clients.block(chain, height), { concurrency: settings.concurrency }),
-          Stream.runForEachWhile((block) => accept(block, head))
+          Stream.aggregate(Sink.collectAllN<ChainBlock>(maxRunBlocks)),
+          Stream.runForEachWhile((run) => accept(Chunk.toReadonlyArray(run), head))
         )
       }
     })

@@ -36,14 +36,24 @@ export class IngestCursors extends Effect.Service<IngestCursors>()("confirmd/Ing
         Effect.flatMap((rows) => Effect.orDie(decodeRefs(rows)))
       )
 
-    /** Records `block` as published: the new cursor and header, keeping the newest `depth` headers. */
-    const advance = (chain: ChainName, block: BlockRef, depth: number): Effect.Effect<void, SqlError.SqlError> =>
-      Effect.all([
-        sql`INSERT INTO ingest_headers (chain, number, hash) VALUES (${chain}, ${String(block.number)}, ${block.hash})
+    /**
+     * Records `blocks` (consecutive, oldest first, at least one) as published: the newest is
+     * the cursor, all become headers, and the newest `depth` headers are kept.
+     */
+    const advance = (
+      chain: ChainName,
+      blocks: ReadonlyArray<BlockRef>,
+      depth: number
+    ): Effect.Effect<void, SqlError.SqlError> => {
+      const newest = blocks[blocks.length - 1]!
+      const kept = blocks.slice(-depth)
+      return Effect.all([
+        sql`INSERT INTO ingest_headers ${sql.insert(kept.map((block) => ({ chain, number: String(block.number), hash: block.hash })))}
             ON CONFLICT (chain, number) DO UPDATE SET hash = excluded.hash`,
-        setTip(chain, block),
-        sql`DELETE FROM ingest_headers WHERE chain = ${chain} AND number <= ${String(block.number - BigInt(depth))}`
+        setTip(chain, newest),
+        sql`DELETE FROM ingest_headers WHERE chain = ${chain} AND number <= ${String(newest.number - BigInt(depth))}`
       ], { discard: true }).pipe(sql.withTransaction)
+    }
 
     /** After a published reorg: forget the orphaned headers and move the cursor back to `to`. */
     const rewind = (chain: ChainName, to: Tip): Effect.Effect<void, SqlError.SqlError> =>
