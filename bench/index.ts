@@ -132,7 +132,9 @@ const benches = Effect.gen(function*() {
     yield* Console.log(`GET /payments/{id} c=${String(r.concurrency).padStart(2)}: ${againstBare(r)}`)
   }
   for (const w of api.watches) {
-    yield* Console.log(`${w.open} open watches: RSS ${w.rssMb.toFixed(0)} MB, POST p99 ${w.post.p99.toFixed(1)} ms`)
+    yield* Console.log(
+      `${w.open} open watches: RSS ${w.rssMb.toFixed(0)} MB, JS heap ${w.heapMb.toFixed(0)} MB, POST p99 ${w.post.p99.toFixed(1)} ms`
+    )
   }
   yield* Console.log(
     `catch-up of ${ten.blocks} blocks: ${(ten.catchUpMs / 1000).toFixed(1)} s vs ${(ten.bareCatchUpMs / 1000).toFixed(1)} s bare = ${x(ten.bareCatchUpMs, ten.catchUpMs)}; ` +

@@ -26,6 +26,8 @@
 import { BigDecimal, Config, Effect, Logger, LogLevel } from "effect"
 import { createHash, randomUUID } from "node:crypto"
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http"
+import { setFlagsFromString } from "node:v8"
+import { runInNewContext } from "node:vm"
 import pg from "pg"
 import { usdToSmallest } from "../src/Domain/Money.ts"
 import { spawnAnvil } from "../test/ingest/harness.ts"
@@ -196,6 +198,12 @@ const addHotWatches = (pool: pg.Pool, address: string, amount: bigint, count: nu
     )
   )
 
+/** A full garbage collection, without starting node with `--expose-gc`. */
+const collectGarbage = (): void => {
+  setFlagsFromString("--expose-gc")
+  ;(runInNewContext("gc") as () => void)()
+}
+
 const pad = (n: number, width = 6) => String(Math.round(n)).padStart(width)
 const ratio = (a: number, b: number) => (a / b).toFixed(2)
 
@@ -209,7 +217,7 @@ export interface Compared {
 export interface PaymentsFigures {
   readonly post: ReadonlyArray<{ readonly load: string; readonly concurrency: number } & Compared>
   readonly get: ReadonlyArray<{ readonly concurrency: number } & Compared>
-  readonly watches: ReadonlyArray<{ readonly open: number; readonly rssMb: number; readonly post: Run }>
+  readonly watches: ReadonlyArray<{ readonly open: number; readonly rssMb: number; readonly heapMb: number; readonly post: Run }>
 }
 
 export const run = Effect.gen(function*() {
@@ -293,12 +301,17 @@ export const run = Effect.gen(function*() {
       open = step
       const latency = yield* client.run(1, range(Math.min(200, s.requests)).map((i) => postPayment(app.baseUrl, serviceKey, distinct(sequence + i))))
       sequence += 200
-      const rssMb = process.memoryUsage().rss / 2 ** 20
+      // After a full collection, so that the figure is what the process keeps, not the garbage
+      // the load before it left (RSS alone also carries the allocator's high-water mark).
+      collectGarbage()
+      const { rss, heapUsed } = process.memoryUsage()
+      const rssMb = rss / 2 ** 20
+      const heapMb = heapUsed / 2 ** 20
       console.log(
-        `${String(open).padStart(9)} open watches: RSS ${rssMb.toFixed(0)} MB, POST /payments c=1 p50 ${latency.p50.toFixed(1)} ms, ` +
-          `p99 ${latency.p99.toFixed(1)} ms`
+        `${String(open).padStart(9)} open watches: RSS ${rssMb.toFixed(0)} MB, JS heap ${heapMb.toFixed(0)} MB, ` +
+          `POST /payments c=1 p50 ${latency.p50.toFixed(1)} ms, p99 ${latency.p99.toFixed(1)} ms`
       )
-      watchFigures.push({ open, rssMb, post: latency })
+      watchFigures.push({ open, rssMb, heapMb, post: latency })
     })
 
   // The servers warmed up alike first (JIT, connection pools), so that the first figure is
