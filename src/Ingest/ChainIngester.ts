@@ -2,10 +2,10 @@
  * One ingester fiber per enabled chain: polls the node, fetches new blocks (concurrently
  * when catching up), publishes them in order to `<prefix>.blocks.<chain>` and then advances
  * the chain's cursor in PostgreSQL. The blocks fetched while one run is being published make
- * up the next run (at most 64), published and recorded together: one block when the chain is
- * followed live, one publish and one cursor write per run when catching up. Delivery is
- * at-least-once: a crash between the publish and the cursor write publishes that run again,
- * and consumers are idempotent.
+ * up the next run (at most 64 blocks, about 10,000 transfers), published and recorded
+ * together: one block when the chain is followed live, one publish and one cursor write per
+ * run when catching up. Delivery is at-least-once: a crash between the publish and the
+ * cursor write publishes that run again, and consumers are idempotent.
  *
  * Reorgs: each block's parentHash is checked against the cursor. On a mismatch the ingester
  * walks back over its kept headers (`REORG_DEPTH`), comparing each with the node's hash at
@@ -104,8 +104,19 @@ export const ingestSettingsConfig = (chain: ChainName): Config.Config<IngestSett
   })
 }
 
-/** Most blocks published together while catching up: one publish and one cursor write for the run. */
+/**
+ * A run (one publish and one cursor write while catching up) holds at most 64 blocks and
+ * about 10,000 transfers: a block weighs its transfers, and at least a 64th of a run, so a
+ * run of large bitcoin blocks stays small enough to finish quickly on shutdown.
+ */
 const maxRunBlocks = 64
+const maxRunWeight = 10_000
+const runOfBlocks = Sink.foldWeighted({
+  initial: Chunk.empty<ChainBlock>(),
+  maxCost: maxRunWeight,
+  cost: (_run, block: ChainBlock) => Math.max(block.transfers.length, maxRunWeight / maxRunBlocks),
+  body: (run, block) => Chunk.append(run, block)
+})
 
 /**
  * How many of `run` (consecutive heights, oldest first) extend the chain whose newest block
@@ -283,7 +294,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
         // fetched while a run is being published make up the next run.
         yield* Stream.fromIterable(heights).pipe(
           Stream.mapEffect((height) => clients.block(chain, height), { concurrency: settings.concurrency }),
-          Stream.aggregate(Sink.collectAllN<ChainBlock>(maxRunBlocks)),
+          Stream.aggregate(runOfBlocks),
           Stream.runForEachWhile((run) => accept(Chunk.toReadonlyArray(run), head))
         )
       }
