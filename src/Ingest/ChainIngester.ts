@@ -40,7 +40,7 @@
  *   notifications wake the ingester the same way (HashBlocks.ts).
  */
 import { NodeSocket } from "@effect/platform-node"
-import { Chunk, Config, ConfigError, Duration, Effect, Either, Layer, Option, Sink, Stream } from "effect"
+import { Array as Arr, Chunk, Config, ConfigError, Duration, Effect, Either, Layer, Option, Sink, Stream } from "effect"
 import { type ChainBlock, chainIdConfig, ChainClients } from "../Chains/ChainClients.ts"
 import { type ChainName, chains } from "../Domain/Chain.ts"
 import { EventLog } from "../EventLog/EventLog.ts"
@@ -236,13 +236,14 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
       const accept = (run: ReadonlyArray<ChainBlock>, nodeHead: bigint) =>
         Effect.gen(function*() {
           const extending = run.slice(0, linkedLength(tip?.hash ?? null, run))
-          const newest = extending[extending.length - 1]
-          if (newest !== undefined) {
+          if (Arr.isNonEmptyReadonlyArray(extending)) {
+            const newest = Arr.lastNonEmpty(extending)
             const published: BlockRef = { number: newest.number, hash: newest.hash }
+            const refs = Arr.map(extending, (block): BlockRef => ({ number: block.number, hash: block.hash }))
             // A run under way is finished on shutdown or when the chain's lock goes.
             yield* Effect.uninterruptible(Effect.zipRight(
               eventLog.publish(outgoing(eventLog, extending.flatMap((block) => blockRecords(block)))),
-              cursors.advance(chain, extending.map((block) => ({ number: block.number, hash: block.hash })), settings.reorgDepth)
+              cursors.advance(chain, refs, settings.reorgDepth)
             ))
             tip = published
             next = newest.number + 1n

@@ -5,7 +5,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
-import { Effect, Option, Schema } from "effect"
+import { Array as Arr, Effect, Option, Schema } from "effect"
 import type { ChainName } from "../Domain/Chain.ts"
 import { BlockRef } from "./BlockMessage.ts"
 
@@ -37,15 +37,15 @@ export class IngestCursors extends Effect.Service<IngestCursors>()("confirmd/Ing
       )
 
     /**
-     * Records `blocks` (consecutive, oldest first, at least one) as published: the newest is
+     * Records `blocks` (consecutive, oldest first) as published: the newest is
      * the cursor, all become headers, and the newest `depth` headers are kept.
      */
     const advance = (
       chain: ChainName,
-      blocks: ReadonlyArray<BlockRef>,
+      blocks: Arr.NonEmptyReadonlyArray<BlockRef>,
       depth: number
     ): Effect.Effect<void, SqlError.SqlError> => {
-      const newest = blocks[blocks.length - 1]!
+      const newest = Arr.lastNonEmpty(blocks)
       const kept = blocks.slice(-depth)
       return Effect.all([
         sql`INSERT INTO ingest_headers ${sql.insert(kept.map((block) => ({ chain, number: String(block.number), hash: block.hash })))}
