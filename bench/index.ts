@@ -105,7 +105,7 @@ const benches = Effect.gen(function*() {
   const x = (a: number, b: number) => `${(a / b).toFixed(2)}x`
   yield* Console.log(
     `node → webhook p99: subscription ${fromNode.subscription.p99} ms (target < 500 ms: ${verdict(fromNode.subscription.p99 < 500)}), ` +
-      `polling ${fromNode.polling.p99} ms, bare client ${fromNode.bare.p99} ms`
+      `polling ${fromNode.polling.p99} ms (a block every 12 s: ${fromNode.steady.p99} ms), bare client ${fromNode.bare.p99} ms`
   )
   yield* Console.log(
     `bitcoin node → webhook p99: ZMQ hashblock ${fromNode.bitcoin.zmq.p99} ms (target < 500 ms: ${verdict(fromNode.bitcoin.zmq.p99 < 500)}), ` +

@@ -5,7 +5,12 @@
  * `CONFIRMATIONS_REQUIRED=1`:
  *
  * - with a new-heads subscription (`WS_URL_ETHEREUM`), `BENCH_NODE_SAMPLES` (30) payments;
- * - with the polling defaults (half ethereum's block time: 6 s), `BENCH_NODE_POLL_SAMPLES` (8);
+ * - with the polling defaults (half ethereum's block time: 6 s), `BENCH_NODE_POLL_SAMPLES` (8),
+ *   on the anvil that mines each payment at once, so blocks come at no steady pace;
+ * - with the polling defaults on an anvil that mines a block every 12 s as ethereum does
+ *   (`--block-time 12`), where the ingester polls more often while the next block is due,
+ *   `BENCH_NODE_STEADY_SAMPLES` (5); the block is at the node when its receipt is (asked
+ *   every 5 ms);
  * - the raw baseline, in the same run: a bare client subscribed to the same node's newHeads
  *   that fetches the block over HTTP and POSTs it to the receiver, `BENCH_NODE_SAMPLES` times.
  *
@@ -20,7 +25,7 @@
  *   npx tsx bench/nodeLatency.ts      (or `run` from bench/index.ts)
  */
 import { address as btcAddress } from "bitcoinjs-lib"
-import { Config, Effect, Logger, LogLevel } from "effect"
+import { Config, Effect, Logger, LogLevel, Schedule } from "effect"
 import { randomBytes } from "node:crypto"
 import { createPublicClient, http, webSocket } from "viem"
 import * as zmq from "zeromq"
@@ -34,6 +39,7 @@ import { WebhookReceiver, type WebhookReceiverHandle } from "../test/support/Web
 const settings = Config.all({
   samples: Config.integer("BENCH_NODE_SAMPLES").pipe(Config.withDefault(30)),
   pollSamples: Config.integer("BENCH_NODE_POLL_SAMPLES").pipe(Config.withDefault(8)),
+  steadySamples: Config.integer("BENCH_NODE_STEADY_SAMPLES").pipe(Config.withDefault(5)),
   bitcoinSamples: Config.integer("BENCH_NODE_BITCOIN_SAMPLES").pipe(Config.withDefault(10)),
   bitcoinPollSamples: Config.integer("BENCH_NODE_BITCOIN_POLL_SAMPLES").pipe(Config.withDefault(3)),
   zmqUrl: Config.string("BITCOIN_ZMQ_URL").pipe(Config.withDefault("tcp://127.0.0.1:28332")),
@@ -61,6 +67,17 @@ const pay = (url: string, to: string, wei: bigint) =>
     rpc(url, "eth_sendTransaction", [{ from: payer, to, value: `0x${wei.toString(16)}` }]),
     () => Date.now()
   )
+
+/** Sends `wei` to `to` on a node that mines on its own schedule; when its block is at the node. */
+const payInNextBlock = (url: string, to: string, wei: bigint) =>
+  Effect.gen(function*() {
+    const hash = yield* rpc(url, "eth_sendTransaction", [{ from: payer, to, value: `0x${wei.toString(16)}` }])
+    yield* Effect.repeat(rpc(url, "eth_getTransactionReceipt", [hash]), {
+      schedule: Schedule.spaced("5 millis"),
+      until: (receipt) => receipt !== null
+    })
+    return Date.now()
+  })
 
 const arrivalAt = (receiver: WebhookReceiverHandle, path: string) =>
   Effect.map(
@@ -112,11 +129,11 @@ const throughService = (payee: Payee, samples: number, kafkaBrokers: string) =>
   }))
 
 /** Ethereum on anvil at `nodeUrl`, woken by `wsUrl`'s newHeads or polling. */
-const ethereumPayee = (nodeUrl: string, wsUrl: string | null): Payee => ({
+const ethereumPayee = (nodeUrl: string, wsUrl: string | null, paying = pay): Payee => ({
   chain: "ethereum",
   env: { RPC_URL_ETHEREUM: nodeUrl, CHAIN_ID_ETHEREUM: "31337", ...(wsUrl === null ? {} : { WS_URL_ETHEREUM: wsUrl }) },
   address: `0x${Date.now().toString(16).padStart(40, "0")}`,
-  pay: (address, amount) => pay(nodeUrl, address, amount)
+  pay: (address, amount) => paying(nodeUrl, address, amount)
 })
 
 /** The bare baseline: newHeads → eth_getBlockByNumber → POST to the receiver. */
@@ -196,6 +213,8 @@ const bareBitcoin = (zmqUrl: string, samples: number) =>
 export interface NodeLatencyFigures {
   readonly subscription: Spread
   readonly polling: Spread
+  /** Polling defaults on a chain mining every 12 s. */
+  readonly steady: Spread
   readonly bare: Spread
   readonly bitcoin: {
     readonly zmq: Spread
@@ -218,9 +237,13 @@ export const run = Effect.gen(function*() {
   const bareFigures = yield* bare(node.url, wsUrl, s.samples)
   const subscription = yield* throughService(ethereumPayee(node.url, wsUrl), s.samples, s.kafkaBrokers)
   const polling = yield* throughService(ethereumPayee(node.url, null), s.pollSamples, s.kafkaBrokers)
+  const steadyNode = yield* spawnAnvil(yield* freePort, ["--block-time", "12"])
+  const steady = yield* throughService(ethereumPayee(steadyNode.url, null, payInNextBlock), s.steadySamples, s.kafkaBrokers)
+  yield* steadyNode.stop
   console.log(`${"bare newHeads → getBlock → POST".padEnd(34)}: p50 ${String(bareFigures.p50).padStart(5)} ms, p99 ${String(bareFigures.p99).padStart(5)} ms, max ${String(bareFigures.max).padStart(5)} ms over ${bareFigures.count}`)
   line(`service, subscription (${s.kafkaBrokers === "" ? "embedded" : "kafka"})`, subscription, bareFigures)
   line(`service, polling every ${defaultPollMillis("ethereum")} ms`, polling, bareFigures)
+  line(`the same, a block every 12 s`, steady, bareFigures)
 
   // Bitcoin: the wallet needs a mature coin to pay from.
   yield* bitcoin.mineToWallet(101)
@@ -233,6 +256,7 @@ export const run = Effect.gen(function*() {
   return {
     subscription,
     polling,
+    steady,
     bare: bareFigures,
     bitcoin: { zmq: bitcoinZmq, polling: bitcoinPolling, bare: bitcoinBare }
   } satisfies NodeLatencyFigures

@@ -30,7 +30,8 @@
  * - `INGEST_CONCURRENCY` (8): blocks fetched at once while catching up.
  * - `REORG_DEPTH` (64): headers kept per chain, the deepest reorg handled exactly.
  * - `POLL_INTERVAL_MS_<CHAIN>`, else `POLL_INTERVAL_MS`, else half the chain's block time
- *   clamped to 250 ms .. 10 s: the wait between polls once caught up.
+ *   clamped to 250 ms .. 10 s: the longest wait between polls once caught up. On EVM chains
+ *   the ingester polls more often while the next block is due (`pollDelayMillis`).
  * - `START_BLOCK_<CHAIN>`: where a chain without a cursor starts (default: the node's head).
  * - `WS_URL_<CHAIN>` (EVM chains): a WebSocket endpoint whose `newHeads` subscription wakes
  *   the ingester at once (NewHeads.ts); polling at the interval above goes on while it is
@@ -40,7 +41,7 @@
  *   notifications wake the ingester the same way (HashBlocks.ts).
  */
 import { NodeSocket } from "@effect/platform-node"
-import { Array as Arr, Chunk, Config, ConfigError, Duration, Effect, Either, Layer, Option, Sink, Stream } from "effect"
+import { Array as Arr, Chunk, Clock, Config, ConfigError, Duration, Effect, Either, Layer, Option, Sink, Stream } from "effect"
 import { type ChainBlock, chainIdConfig, ChainClients } from "../Chains/ChainClients.ts"
 import { type ChainName, chains } from "../Domain/Chain.ts"
 import { EventLog } from "../EventLog/EventLog.ts"
@@ -105,6 +106,29 @@ export const ingestSettingsConfig = (chain: ChainName): Config.Config<IngestSett
 }
 
 /**
+ * The wait before polling a caught-up chain again, never longer than `pollIntervalMs`. Blocks
+ * of EVM chains come at a steady pace, so the next one is due a block time after the newest
+ * one's timestamp: until then the poll interval (cut short to land on the due time); from
+ * then on, for one poll interval, a poll every 24th of a block time (at least 250 ms), since
+ * the block is about to appear; after that the poll interval again (a late or stalled chain).
+ * Without a known newest block: the poll interval.
+ */
+export const pollDelayMillis = (options: {
+  readonly nowMs: number
+  readonly newestBlockMs: number | null
+  readonly blockTimeMs: number
+  readonly pollIntervalMs: number
+}): number => {
+  const { blockTimeMs, newestBlockMs, nowMs, pollIntervalMs } = options
+  if (newestBlockMs === null) return pollIntervalMs
+  const due = newestBlockMs + blockTimeMs
+  if (nowMs < due) return Math.min(due - nowMs, pollIntervalMs)
+  return nowMs < due + pollIntervalMs
+    ? Math.min(pollIntervalMs, Math.max(250, Math.round(blockTimeMs / 24)))
+    : pollIntervalMs
+}
+
+/**
  * A run (one publish and one cursor write while catching up) holds at most 64 blocks and
  * about 10,000 transfers: a block weighs its transfers, and at least a 64th of a run, so a
  * run of large bitcoin blocks stays small enough to finish quickly on shutdown.
@@ -154,18 +178,26 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
     })
 
     /**
-     * Until the next block: the next announced head, or the poll interval. Polling is slow
-     * only while the subscription is live and the HTTP node has what it announced.
+     * Until the next block: the next announced head, or the poll wait (`pollDelayMillis`).
+     * Polling is slow only while the subscription is live and the HTTP node has what it
+     * announced.
      */
-    const awaitHead = (head: bigint) =>
-      Option.match(heads, {
-        onNone: () => Effect.sleep(settings.pollInterval),
-        onSome: (feed) =>
-          Effect.gen(function*() {
-            const live = yield* feed.live
-            const announcedAhead = Option.exists(yield* feed.latest, (announced) => announced > head)
-            yield* feed.next(live && !announcedAhead ? settings.subscribedPollInterval : settings.pollInterval)
-          })
+    const awaitHead = (head: bigint, newestBlockMs: number | null) =>
+      Effect.gen(function*() {
+        // Bitcoin's blocks come at random, and its timestamps may be hours off: no due time.
+        const polling = chain === "bitcoin"
+          ? settings.pollInterval
+          : Duration.millis(pollDelayMillis({
+            nowMs: yield* Clock.currentTimeMillis,
+            newestBlockMs,
+            blockTimeMs: chains[chain].blockTimeMs,
+            pollIntervalMs: Duration.toMillis(settings.pollInterval)
+          }))
+        if (Option.isNone(heads)) return yield* Effect.sleep(polling)
+        const feed = heads.value
+        const live = yield* feed.live
+        const announcedAhead = Option.exists(yield* feed.latest, (announced) => announced > head)
+        yield* feed.next(live && !announcedAhead ? settings.subscribedPollInterval : polling)
       })
 
     /** One run from the stored cursor; fails on the first error. */
@@ -185,6 +217,8 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
         ? settings.startBlock.value
         : yield* clients.head(chain)
       let behindLogged = false
+      /** The newest published block's timestamp (ms), once this attempt has published one. */
+      let newestBlockMs: number | null = null
 
       const rewound = (to: Tip, published: BlockRef | null) => {
         tip = to
@@ -247,6 +281,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
             ))
             tip = published
             next = newest.number + 1n
+            newestBlockMs = newest.timestamp * 1000
             yield* registry.update(chain, (s) => ({ ...s, lastPublished: published, lastBlockTime: newest.timestamp }))
             yield* progressed
           }
@@ -278,7 +313,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
               )
             }
           }
-          yield* awaitHead(head)
+          yield* awaitHead(head, newestBlockMs)
         })
 
       while (true) {

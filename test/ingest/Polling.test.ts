@@ -1,0 +1,36 @@
+// Polling when the next block is due: an anvil of its own mining a block every 2 s, read as
+// base (2 s blocks) with the poll interval set to an hour, so that only polling at each
+// block's due time can explain the blocks after the first being published.
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { freshDatabase } from "../support/Database.ts"
+import { freePort } from "../support/Service.ts"
+import { makeEventLog, rpc, spawnAnvil, startIngesters, statusUntil } from "./harness.ts"
+
+describe("polling a caught-up EVM chain", () => {
+  it.scopedLive("publishes each block of a steady chain soon after it is due, with the poll interval an hour", () =>
+    Effect.gen(function*() {
+      const node = yield* spawnAnvil(yield* freePort, ["--block-time", "2"])
+      const database = yield* freshDatabase
+      const eventLog = yield* makeEventLog("embedded")
+      const registry = yield* startIngesters(eventLog, {
+        CHAINS: "base",
+        RPC_URL_BASE: node.url,
+        CHAIN_ID_BASE: "31337",
+        DATABASE_URL: database.url,
+        RPC_TIMEOUT_MS: "2000",
+        POLL_INTERVAL_MS: "3600000"
+      })
+      const first = yield* statusUntil(registry, "base", (s) => s.lastPublished !== null)
+      const start = first.lastPublished?.number ?? 0n
+      // Three blocks later, each seen by a poll at its due time (an hourly poll would see none),
+      // and each the node's own block at its height.
+      for (let i = 1n; i <= 3n; i++) {
+        const status = yield* statusUntil(registry, "base", (s) => (s.lastPublished?.number ?? -1n) >= start + i, 15)
+        const published = status.lastPublished
+        expect(published).not.toBeNull()
+        const atNode = yield* rpc(node.url, "eth_getBlockByNumber", [`0x${published!.number.toString(16)}`, false])
+        expect((atNode as { hash: string }).hash).toBe(published!.hash)
+      }
+    }))
+})
