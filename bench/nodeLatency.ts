@@ -61,17 +61,17 @@ const spread = (values: ReadonlyArray<number>): Spread => {
   return { p50: at(50), p99: at(99), max: sorted.at(-1) ?? Number.NaN, count: sorted.length }
 }
 
+/** Sends `wei` to `to` from the payer; the transaction's hash. */
+const send = (url: string, to: string, wei: bigint) =>
+  rpc(url, "eth_sendTransaction", [{ from: payer, to, value: `0x${wei.toString(16)}` }])
+
 /** Sends `wei` to `to`; anvil mines it at once. Returns when the block is at the node. */
-const pay = (url: string, to: string, wei: bigint) =>
-  Effect.map(
-    rpc(url, "eth_sendTransaction", [{ from: payer, to, value: `0x${wei.toString(16)}` }]),
-    () => Date.now()
-  )
+const pay = (url: string, to: string, wei: bigint) => Effect.map(send(url, to, wei), () => Date.now())
 
 /** Sends `wei` to `to` on a node that mines on its own schedule; when its block is at the node. */
 const payInNextBlock = (url: string, to: string, wei: bigint) =>
   Effect.gen(function*() {
-    const hash = yield* rpc(url, "eth_sendTransaction", [{ from: payer, to, value: `0x${wei.toString(16)}` }])
+    const hash = yield* send(url, to, wei)
     yield* Effect.repeat(rpc(url, "eth_getTransactionReceipt", [hash]), {
       schedule: Schedule.spaced("5 millis"),
       until: (receipt) => receipt !== null

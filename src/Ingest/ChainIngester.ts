@@ -272,8 +272,8 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
           const extending = run.slice(0, linkedLength(tip?.hash ?? null, run))
           if (Arr.isNonEmptyReadonlyArray(extending)) {
             const newest = Arr.lastNonEmpty(extending)
-            const published: BlockRef = { number: newest.number, hash: newest.hash }
             const refs = Arr.map(extending, (block): BlockRef => ({ number: block.number, hash: block.hash }))
+            const published = Arr.lastNonEmpty(refs)
             // A run under way is finished on shutdown or when the chain's lock goes.
             yield* Effect.uninterruptible(Effect.zipRight(
               eventLog.publish(outgoing(eventLog, extending.flatMap((block) => blockRecords(block)))),
