@@ -37,18 +37,19 @@ export interface Service {
  * Starts one process with exactly `env` (plus PATH and HOME) in `cwd` (default: the
  * repository), on `env.PORT` or a free port. When the scope closes it gets SIGTERM, and
  * SIGKILL if it has not ended 15 s later. Its JSON logs go to `options.onOutput` when given,
- * else are shown with TEST_SERVICE_LOGS=1.
+ * else are shown with TEST_SERVICE_LOGS=1. `options.root` runs the `src/main.ts` of another
+ * checkout (an earlier release's worktree) instead of this one's.
  */
 export const startService = (
   env: Record<string, string>,
-  options: { readonly cwd?: string; readonly onOutput?: (chunk: string) => void } = {}
+  options: { readonly cwd?: string; readonly root?: string; readonly onOutput?: (chunk: string) => void } = {}
 ) =>
   Effect.gen(function*() {
     const port = env.PORT ?? String(yield* freePort)
     const child = yield* Effect.acquireRelease(
       Effect.sync(() =>
         // node itself (not the tsx launcher) so that a signal reaches the program directly.
-        spawn(process.execPath, ["--import", tsxLoader, join(repo, "src/main.ts")], {
+        spawn(process.execPath, ["--import", tsxLoader, join(options.root ?? repo, "src/main.ts")], {
           cwd: options.cwd ?? repo,
           env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "", ...env, PORT: port },
           stdio: ["ignore", options.onOutput !== undefined ? "pipe" : process.env.TEST_SERVICE_LOGS === "1" ? "inherit" : "ignore", "inherit"]
