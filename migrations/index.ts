@@ -1,17 +1,34 @@
 /**
  * The migrations, listed statically so that every runtime (tsx, vitest, a bundle) loads the
- * same files; add a line for each new `<number>_<name>.ts`.
+ * same files; add an entry for each new `<number>_<name>.ts`.
+ *
+ * Each entry says whether the previous release keeps working once the migration is applied
+ * (`previousReleaseSurvives`). Prefer migrations it survives (expand now, contract a release
+ * later: CONTRIBUTING.md): they are applied at once, while older replicas run on. One it does
+ * not survive (a contract) is applied only once no replica of an older release is left
+ * (src/Database/Migrations.ts), and from then on replicas of older code stand down.
  */
-import { Migrator } from "@effect/sql"
+import type { Effect } from "effect"
 
-export const loader = Migrator.fromGlob({
-  "./00001_accounts.ts": () => import("./00001_accounts.ts"),
-  "./00002_watches.ts": () => import("./00002_watches.ts"),
-  "./00003_ingest.ts": () => import("./00003_ingest.ts"),
-  "./00004_confirmations.ts": () => import("./00004_confirmations.ts"),
-  "./00005_matcher.ts": () => import("./00005_matcher.ts"),
-  "./00006_assets.ts": () => import("./00006_assets.ts"),
-  "./00008_webhook_signing.ts": () => import("./00008_webhook_signing.ts"),
-  "./00009_open_watch.ts": () => import("./00009_open_watch.ts"),
-  "./00010_taken_runs.ts": () => import("./00010_taken_runs.ts")
-})
+export interface MigrationEntry {
+  /** `<number>_<name>`: the file name without `.ts`. */
+  readonly file: string
+  readonly previousReleaseSurvives: boolean
+  readonly load: () => Promise<{ readonly default: Effect.Effect<unknown, unknown, unknown> }>
+}
+
+export const migrations: ReadonlyArray<MigrationEntry> = [
+  { file: "00001_accounts", previousReleaseSurvives: true, load: () => import("./00001_accounts.ts") },
+  { file: "00002_watches", previousReleaseSurvives: true, load: () => import("./00002_watches.ts") },
+  { file: "00003_ingest", previousReleaseSurvives: true, load: () => import("./00003_ingest.ts") },
+  { file: "00004_confirmations", previousReleaseSurvives: true, load: () => import("./00004_confirmations.ts") },
+  { file: "00005_matcher", previousReleaseSurvives: true, load: () => import("./00005_matcher.ts") },
+  // Rebuilds the unique index of open watches: an older INSERT ... ON CONFLICT no longer matches it.
+  { file: "00006_assets", previousReleaseSurvives: false, load: () => import("./00006_assets.ts") },
+  // `webhook_deliveries.signer` NOT NULL: an older matcher's deliveries are refused.
+  { file: "00008_webhook_signing", previousReleaseSurvives: false, load: () => import("./00008_webhook_signing.ts") },
+  // Watches opened by older code bypass `open_watch` and `taken_runs`.
+  { file: "00009_open_watch", previousReleaseSurvives: false, load: () => import("./00009_open_watch.ts") },
+  { file: "00010_taken_runs", previousReleaseSurvives: false, load: () => import("./00010_taken_runs.ts") },
+  { file: "00011_replicas", previousReleaseSurvives: true, load: () => import("./00011_replicas.ts") }
+]

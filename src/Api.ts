@@ -5,6 +5,7 @@ import { ChallengesApi } from "./Challenges/Api.ts"
 import { AgentsApi } from "./Health/Api.ts"
 import {
   InternalErrorResponse,
+  ServiceUnavailableResponse,
   NotFoundResponse,
   PayloadTooLargeResponse,
   UnsupportedMediaTypeResponse,
@@ -120,6 +121,7 @@ export class ConfirmdApi extends HttpApi.make("confirmd")
   .addError(UnsupportedMediaTypeResponse)
   .addError(NotFoundResponse)
   .addError(InternalErrorResponse)
+  .addError(ServiceUnavailableResponse)
   .annotateContext(OpenApi.annotations({
     title: "confirmd",
     version: "1.0.0",

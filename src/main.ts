@@ -7,6 +7,7 @@ import { Addresses } from "./Addresses/Addresses.ts"
 import { Challenges } from "./Challenges/Challenges.ts"
 import { ChainClients } from "./Chains/ChainClients.ts"
 import { DatabaseLive } from "./Database/Database.ts"
+import { Replicas } from "./Database/Replicas.ts"
 import { DonationAddresses } from "./Donations/DonationAddresses.ts"
 import { EventLogLive } from "./EventLog/Live.ts"
 import { MonitorState } from "./Health/MonitorState.ts"
@@ -17,6 +18,7 @@ import { MatcherLive } from "./Matcher/Consumer.ts"
 import { Outbox } from "./Outbox/Outbox.ts"
 import { Payments } from "./Payments/Payments.ts"
 import { PriceOracle } from "./Price/PriceOracle.ts"
+import { SchemaFence } from "./Supervision/SchemaFence.ts"
 import { Supervisor } from "./Supervision/Supervisor.ts"
 import { ExpirySweeperLive } from "./Watches/ExpirySweeper.ts"
 import { Watches } from "./Watches/Watches.ts"
@@ -57,6 +59,9 @@ const ServicesLive = Layer.mergeAll(Payments.Default, Signup.Default, Challenges
       Supervisor.Default,
       EventLogLive,
       WebhookSecrets.Default,
+      // Registered, and checked against the schema's fence, before any background loop starts.
+      Replicas.Default,
+      SchemaFence.Default,
       // Shared with the background's `ConfirmationsLive` (one instance): redelivery wakes the dispatcher.
       Outbox.Default
     )

@@ -8,16 +8,16 @@
  * request, which halves the database's CPU for it. Off for a pooler that cannot keep prepared
  * statements (PgBouncer in transaction mode before 1.21).
  */
-import { NodeContext } from "@effect/platform-node"
 import { SqlError } from "@effect/sql/SqlError"
-import { PgClient, PgMigrator } from "@effect/sql-pg"
+import { PgClient } from "@effect/sql-pg"
 import { PGlite } from "@electric-sql/pglite"
 import { PGLiteSocketServer } from "@electric-sql/pglite-socket"
 import { Config, Duration, Effect, Layer, Option, Redacted } from "effect"
 import { mkdirSync } from "node:fs"
 import * as path from "node:path"
 import pg from "pg"
-import { loader } from "../../migrations/index.ts"
+import { replicaIdConfig } from "../Supervision/ReplicaIdentity.ts"
+import { runMigrations } from "./Migrations.ts"
 
 /**
  * At most this many statement texts are prepared; others run unnamed. The service's
@@ -53,16 +53,19 @@ const preparingStatements = () => {
   }
 }
 
-const applicationName = "confirmd"
+/**
+ * `confirmd <replica id>`: tells this release's sessions from those of a release before the
+ * replica table, which are all named `confirmd` (Migrations.ts waits for those).
+ */
+const applicationName = Effect.map(replicaIdConfig, (id) => `confirmd ${id}`.slice(0, 63))
 const connectTimeout = Duration.seconds(10)
 
 /** A `pg` pool for the scope, checked by one query, as sql-pg's own layer makes it. */
-const pool = (config: pg.PoolConfig, prepare: boolean) =>
+const pool = (config: pg.PoolConfig & { readonly application_name: string }, prepare: boolean) =>
   Effect.acquireRelease(
     Effect.sync(() => {
       const made = new pg.Pool({
         ...config,
-        application_name: applicationName,
         connectionTimeoutMillis: Duration.toMillis(connectTimeout)
       })
       // An idle connection's error surfaces on its next use; unhandled, it would end the process.
@@ -100,11 +103,12 @@ const clientLayer = Layer.unwrapScoped(
   Effect.gen(function*() {
     const url = yield* Config.option(Config.redacted("DATABASE_URL"))
     const prepare = yield* Config.boolean("DATABASE_PREPARE").pipe(Config.withDefault(true))
+    const application_name = yield* applicationName
     if (Option.isSome(url)) {
       const maxConnections = yield* Config.integer("DATABASE_POOL_SIZE").pipe(Config.withDefault(10))
       return PgClient.layerFromPool({
-        applicationName,
-        acquire: pool({ connectionString: Redacted.value(url.value), max: maxConnections }, prepare)
+        applicationName: application_name,
+        acquire: pool({ connectionString: Redacted.value(url.value), max: maxConnections, application_name }, prepare)
       })
     }
     const dataDir = yield* Config.string("DATA_DIR").pipe(Config.withDefault("./data"))
@@ -112,8 +116,9 @@ const clientLayer = Layer.unwrapScoped(
     const [host, port] = conn.split(":")
     yield* Effect.logInfo(`embedded PostgreSQL (PGlite) in ${dataDir}`)
     return PgClient.layerFromPool({
-      applicationName,
+      applicationName: application_name,
       acquire: pool({
+        application_name,
         host: host ?? "127.0.0.1",
         port: Number(port),
         user: "postgres",
@@ -127,10 +132,10 @@ const clientLayer = Layer.unwrapScoped(
   })
 )
 
-const migratorLayer = PgMigrator.layer({
-  loader,
-  table: "confirmd_migrations"
-}).pipe(Layer.provide(NodeContext.layer))
+const migratorLayer = Layer.effectDiscard(Effect.flatMap(
+  Config.option(Config.redacted("DATABASE_URL")),
+  (url) => runMigrations({ embedded: Option.isNone(url) })
+))
 
-/** SqlClient + PgClient with the schema migrated. */
+/** SqlClient + PgClient with the schema migrated (Migrations.ts). */
 export const DatabaseLive = Layer.provideMerge(migratorLayer, clientLayer)

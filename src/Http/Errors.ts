@@ -43,6 +43,7 @@ export class ValidationError extends Schema.TaggedError<ValidationError>()("Vali
 export class TooManyRequests extends Schema.TaggedError<TooManyRequests>()("TooManyRequests", fields) {}
 export class UpstreamError extends Schema.TaggedError<UpstreamError>()("UpstreamError", fields) {}
 export class InternalError extends Schema.TaggedError<InternalError>()("InternalError", fields) {}
+export class ServiceUnavailable extends Schema.TaggedError<ServiceUnavailable>()("ServiceUnavailable", fields) {}
 
 export const BadRequestResponse = enveloped(BadRequest, 400)
 export const UnauthorizedResponse = enveloped(Unauthorized, 401)
@@ -55,6 +56,7 @@ export const ValidationErrorResponse = enveloped(ValidationError, 422)
 export const TooManyRequestsResponse = enveloped(TooManyRequests, 429)
 export const UpstreamErrorResponse = enveloped(UpstreamError, 502)
 export const InternalErrorResponse = enveloped(InternalError, 500)
+export const ServiceUnavailableResponse = enveloped(ServiceUnavailable, 503)
 
 const body = (code: string, message: string, hint: string | null = null): ErrorBody => ({ code, message, hint })
 
@@ -90,3 +92,11 @@ export const validationError = (issues: ReadonlyArray<ValidationIssue>) =>
   ))
 
 export const internalError = () => new InternalError(body("error", "Internal server error"))
+
+/** A write sent to a replica that stood down (its code is older than the database schema). */
+export const replicaStoodDown = (reason: string) =>
+  new ServiceUnavailable(body(
+    "service_unavailable",
+    "This replica runs an older release than the database schema and takes no writes",
+    `${reason}. Send the request to a replica of the current release.`
+  ))

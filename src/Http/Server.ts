@@ -25,7 +25,8 @@ import { AgentsLive } from "../Health/Http.ts"
 import { drainableServer } from "../Ops/HttpDrain.ts"
 import { OpsRoutesLive, withHttpMetrics } from "../Ops/Http.ts"
 import { PaymentsLive } from "../Payments/Http.ts"
-import { internalError, notFound, payloadTooLarge, validationError, type ValidationIssue } from "./Errors.ts"
+import { internalError, notFound, payloadTooLarge, replicaStoodDown, validationError, type ValidationIssue } from "./Errors.ts"
+import { SchemaFence } from "../Supervision/SchemaFence.ts"
 import { makeRequestGuard } from "./RequestGuard.ts"
 
 /** Request bodies are small JSON documents; anything larger is refused (413) however it is framed. */
@@ -39,7 +40,9 @@ export const MaxBodyBytes = Config.integer("MAX_BODY_BYTES").pipe(
  * spec's envelope here, inside the API, where declared errors are encoded; the request guard
  * (RequestGuard.ts) runs first, for every route.
  */
-const RequestErrorsLive = HttpApiBuilder.middleware(Effect.map(MaxBodyBytes, (maxBytes) => {
+const RequestErrorsLive = HttpApiBuilder.middleware(Effect.gen(function*() {
+  const maxBytes = yield* MaxBodyBytes
+  const fence = yield* SchemaFence
   const guard = makeRequestGuard(ConfirmdApi)
   const tooLarge = payloadTooLarge(`Request body exceeds ${maxBytes} bytes`)
   const toEnvelopeError = (error: unknown): unknown => {
@@ -66,6 +69,10 @@ const RequestErrorsLive = HttpApiBuilder.middleware(Effect.map(MaxBodyBytes, (ma
     Effect.gen(function*() {
       const request = yield* HttpServerRequest.HttpServerRequest
       if (Number(request.headers["content-length"] ?? "0") > maxBytes) return yield* Effect.fail(tooLarge)
+      if (request.method !== "GET" && request.method !== "HEAD") {
+        const standDown = yield* fence.current
+        if (Option.isSome(standDown)) return yield* Effect.fail(replicaStoodDown(standDown.value.reason))
+      }
       yield* guard(request)
       return yield* (app as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, HttpServerRequest.HttpServerRequest>)
     }).pipe(

@@ -18,6 +18,7 @@ import type { HeadSource } from "../Ingest/NewHeads.ts"
 import { MatcherGroupId } from "../Matcher/Consumer.ts"
 import { Matcher, type MatcherStatus } from "../Matcher/Matcher.ts"
 import { chainLockKey, LOCK_APPLICATION_PREFIX, LOCK_NAMESPACE, type LockMode, lockSettingsConfig } from "../Ingest/ChainLocks.ts"
+import { type LiveReplica, Replicas, type SchemaStatus } from "../Database/Replicas.ts"
 import { ReplicaIdentity } from "../Supervision/ReplicaIdentity.ts"
 import { type FiberStatus, isFailing, Supervisor } from "../Supervision/Supervisor.ts"
 
@@ -67,6 +68,10 @@ export interface Snapshot {
     readonly chainLocks: LockMode
     readonly takeoverSeconds: number
   }
+  /** The schema as this replica sees it, and whether it stood down (null when unreadable). */
+  readonly schema: SchemaStatus | null
+  /** Every replica with a recent heartbeat, with the schema version its code expects. */
+  readonly replicas: ReadonlyArray<LiveReplica>
   readonly chains: ReadonlyArray<ChainStatus>
   /** Every supervised fiber of this replica, and whether it is failing now. */
   readonly fibers: ReadonlyArray<FiberStatus & { readonly failing: boolean }>
@@ -120,6 +125,7 @@ export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus",
     const { enabledChains } = yield* ChainClients
     // Optional: a replica without the matcher still reports everything else.
     const matcherService = yield* Effect.serviceOption(Matcher)
+    const replicasService = yield* Effect.serviceOption(Replicas)
     const matcherGroup = yield* MatcherGroupId
     const lockSettings = yield* lockSettingsConfig
     const distributed = Option.isSome(yield* Config.option(Config.redacted("DATABASE_URL")))
@@ -191,7 +197,15 @@ export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus",
       for (const fiber of fibers) {
         if (fiber.failing) errors.push(`fiber ${fiber.name}: ${fiber.lastError ?? "failing"}`)
       }
-      const [statuses, holderMap, cursors, matcher, lag, watches, outbox, deliveries] = yield* Effect.all([
+      const [schema, liveReplicas, statuses, holderMap, cursors, matcher, lag, watches, outbox, deliveries] = yield* Effect.all([
+        Option.match(replicasService, {
+          onNone: () => Effect.succeed(null),
+          onSome: (replicas) => read(errors, "schema", replicas.schema, null)
+        }),
+        Option.match(replicasService, {
+          onNone: () => Effect.succeed([]),
+          onSome: (replicas) => read(errors, "replicas", replicas.live, [])
+        }),
         registry.statuses,
         read(errors, "chain locks", holders, new Map<ChainName, string>()),
         read(
@@ -232,6 +246,7 @@ export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus",
         )
       ], { concurrency: "unbounded" })
 
+      if (schema !== null && Option.isSome(schema.standDown)) errors.unshift(`replica: ${schema.standDown.value.reason}`)
       const locksRead = !errors.some((error) => error.startsWith("chain locks:"))
       const chains = enabledChains.map((chain): ChainStatus => {
         const status = statuses.get(chain)
@@ -274,6 +289,8 @@ export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus",
         time: now,
         replica,
         mode,
+        schema,
+        replicas: liveReplicas,
         chains,
         fibers,
         consumerLag: lag,
@@ -320,6 +337,25 @@ export const toJson = (snapshot: Snapshot) => {
       chain_locks: snapshot.mode.chainLocks,
       takeover_seconds: snapshot.mode.takeoverSeconds
     },
+    schema: snapshot.schema === null
+      ? null
+      : {
+        schema_version: snapshot.schema.schemaVersion,
+        code_schema_version: snapshot.schema.codeSchemaVersion,
+        required_code_version: snapshot.schema.requiredCodeVersion,
+        state: Option.isSome(snapshot.schema.standDown) ? "stood-down" : "current",
+        stood_down: Option.getOrNull(Option.map(snapshot.schema.standDown, (s) => s.reason))
+      },
+    replicas: snapshot.replicas.map((r) => ({
+      id: r.id,
+      version: r.version,
+      schema_version: r.schema_version,
+      hostname: r.hostname,
+      pid: r.pid,
+      started_at: DateTime.formatIso(r.started_at),
+      heartbeat_at: DateTime.formatIso(r.heartbeat_at),
+      stood_down: r.stood_down
+    })),
     chains: snapshot.chains.map((chain) => ({
       chain: chain.chain,
       holder: chain.holder,

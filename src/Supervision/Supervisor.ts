@@ -12,9 +12,14 @@
  * Every supervised fiber has a status (state, last progress, last error, restarts) that
  * /ops/status shows; a fiber is *failing* while it backs off and until it has made
  * progress (or stayed up for `STABLE_AFTER`) after its last incident.
+ *
+ * When the replica stands down (SchemaFence.ts: its code is older than the schema), every
+ * supervised fiber is interrupted and stays `stopped`, with the reason as its last error;
+ * only a fiber supervised with `standsDown: false` (the replica's own heartbeat) runs on.
  */
 import { Cause, Config, DateTime, Duration, Effect, LogLevel, Metric, Option, Predicate, Random, SubscriptionRef } from "effect"
 import { logFailure } from "./FailureLog.ts"
+import { SchemaFence } from "./SchemaFence.ts"
 
 /** Names the fiber in logs, metrics and status: `kind` groups fibers of one sort (`ingester`), `name` is unique. */
 export interface FiberId {
@@ -105,6 +110,7 @@ class EndedUnexpectedly extends Error {
 export class Supervisor extends Effect.Service<Supervisor>()("confirmd/Supervisor", {
   effect: Effect.gen(function*() {
     const settings = yield* supervisorSettingsConfig
+    const fence = yield* SchemaFence
     const ref = yield* SubscriptionRef.make<ReadonlyMap<string, FiberStatus>>(new Map())
 
     const update = (name: string, f: (status: FiberStatus) => FiberStatus) =>
@@ -113,6 +119,14 @@ export class Supervisor extends Effect.Service<Supervisor>()("confirmd/Superviso
         return status === undefined ? all : new Map(all).set(name, f(status))
       })
 
+    const stopped = (name: string) =>
+      Effect.flatMap(fence.current, (standDown) =>
+        update(name, (s) => ({
+          ...s,
+          state: "stopped",
+          lastError: Option.match(standDown, { onNone: () => s.lastError, onSome: (d) => `stood down: ${d.reason}` })
+        })))
+
     /**
      * Runs `body` until interrupted, restarting it after every incident. `body` gets the
      * effect to call whenever it made progress (a batch published, a poll answered).
@@ -120,7 +134,11 @@ export class Supervisor extends Effect.Service<Supervisor>()("confirmd/Superviso
     const supervise = <E, R>(
       fiber: FiberId,
       body: (progress: Effect.Effect<void>) => Effect.Effect<unknown, E, R>,
-      options: { readonly onIncident?: (error: string) => Effect.Effect<void> } = {}
+      options: {
+        readonly onIncident?: (error: string) => Effect.Effect<void>
+        /** Interrupted when the replica stands down (default true). */
+        readonly standsDown?: boolean
+      } = {}
     ): Effect.Effect<never, never, R> =>
       Effect.gen(function*() {
         const started = yield* DateTime.now
@@ -182,9 +200,13 @@ export class Supervisor extends Effect.Service<Supervisor>()("confirmd/Superviso
           // is of something the body waited on, and so an incident like any other.
           Effect.catchAllCause(incident)
         )
-        return yield* Effect.forever(run)
+        if (options.standsDown === false) return yield* Effect.forever(run)
+        yield* Effect.race(Effect.forever(run), fence.awaitStandDown)
+        yield* stopped(fiber.name)
+        return yield* Effect.never
       }).pipe(
-        Effect.ensuring(update(fiber.name, (s) => ({ ...s, state: "stopped" }))),
+        // Stopped by its scope (a lock lost, shutdown), or for good when the replica stood down.
+        Effect.ensuring(stopped(fiber.name)),
         Effect.annotateLogs({ fiber: fiber.name })
       )
 
@@ -194,5 +216,6 @@ export class Supervisor extends Effect.Service<Supervisor>()("confirmd/Superviso
       statuses: Effect.map(SubscriptionRef.get(ref), (all) => [...all.values()]),
       changes: ref.changes
     } as const
-  })
+  }),
+  dependencies: [SchemaFence.Default]
 }) {}

@@ -1,0 +1,162 @@
+/**
+ * Brings the schema up to the version this code expects, without pulling it from under a
+ * replica of an older release that still runs.
+ *
+ * - The schema version is the newest migration applied; the code's is the newest it knows
+ *   (`codeSchemaVersion`). Both are logged at start, and each migration applied with its
+ *   duration.
+ * - A migration the previous release survives (migrations/index.ts) is applied at once. The
+ *   first one it does not survive waits until no replica of an older release is left: on
+ *   PostgreSQL, no live row of an older schema version in `replicas` and no session of a
+ *   release from before the replica table (application name `confirmd`, or a lock connection
+ *   of a replica that never registered). It logs whom it waits for every 10 s and gives up
+ *   after `MIGRATION_WAIT_SECONDS` (default 300) with an error naming them. The embedded
+ *   database has one process by construction and never waits.
+ * - Afterwards the schema's fence (`schema_fence.required_code_version`) is the newest
+ *   applied migration that older code does not survive: code older than that stands down
+ *   (Replicas.ts).
+ * - All pending migrations of one step run in one transaction under the migrator's table
+ *   lock, so replicas starting together apply each migration once.
+ */
+import { Migrator, SqlClient } from "@effect/sql"
+import type { SqlError } from "@effect/sql/SqlError"
+import { Array as Arr, Config, Data, Duration, Effect, Option, Schema } from "effect"
+import { type MigrationEntry, migrations } from "../../migrations/index.ts"
+import { replicaLivenessSeconds } from "./Replicas.ts"
+import { codeSchemaVersion, migrationId as idOf, requiredCodeVersion, splitAtContract } from "./SchemaVersion.ts"
+
+export const MIGRATIONS_TABLE = "confirmd_migrations"
+/** The migration that creates `schema_fence`. */
+const SCHEMA_FENCE_VERSION = 11
+
+export class OlderReplicasStillRunning extends Data.TaggedError("OlderReplicasStillRunning")<{
+  readonly migration: string
+  readonly waited: Duration.Duration
+  readonly replicas: ReadonlyArray<string>
+}> {
+  override get message() {
+    return `migration ${this.migration} is not survived by older releases, and after ${Duration.format(this.waited)} ` +
+      `these replicas of an older release are still running: ${this.replicas.join("; ")}. Stop them ` +
+      `(or raise MIGRATION_WAIT_SECONDS), then start this version again.`
+  }
+}
+
+const MigrationRow = Schema.Struct({ migration_id: Schema.Number })
+const OlderRow = Schema.Struct({ who: Schema.String })
+
+const migrationWait = Config.integer("MIGRATION_WAIT_SECONDS").pipe(
+  Config.validate({ message: "MIGRATION_WAIT_SECONDS must be at least 0", validation: (n) => n >= 0 }),
+  Config.withDefault(300),
+  Config.map(Duration.seconds)
+)
+
+/** A release from before the replica table names its pool `confirmd` and its lock sessions `confirmd-ingester <id>`. */
+const LEGACY_POOL_NAME = "confirmd"
+const LOCK_SESSION_PREFIX = "confirmd-ingester "
+
+export const runMigrations = (options: {
+  readonly embedded: boolean
+  /** Stop at this schema version (tests building an earlier release's schema); default all. */
+  readonly upTo?: number
+}) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const migrationsTableExists = sql`SELECT to_regclass(${MIGRATIONS_TABLE}) IS NOT NULL AS present`.pipe(
+      Effect.map((rows) => rows[0]?.["present"] === true)
+    )
+    const applied = (yield* migrationsTableExists)
+      ? yield* sql`SELECT coalesce(max(migration_id), 0) AS migration_id FROM confirmd_migrations`.pipe(
+        Effect.flatMap(Schema.decodeUnknown(Schema.Array(MigrationRow))),
+        Effect.map((rows) => rows[0]?.migration_id ?? 0),
+        Effect.orDie
+      )
+      : 0
+    const pending = migrations.filter((entry) => idOf(entry) > applied && idOf(entry) <= (options.upTo ?? Infinity))
+    yield* Effect.logInfo(`schema version ${applied}, code schema version ${codeSchemaVersion}, ${pending.length} migration(s) to apply`)
+      .pipe(Effect.annotateLogs({ schemaVersion: applied, codeSchemaVersion, pending: pending.map((e) => e.file).join(",") }))
+
+    const { contract, expand, rest } = splitAtContract(pending)
+    yield* apply(expand)
+    if (Option.isSome(contract)) {
+      if (!options.embedded) yield* awaitNoOlderReplicas(contract.value, idOf(contract.value))
+      yield* apply(rest)
+    }
+    const version = Math.max(applied, ...pending.map(idOf))
+    if (pending.length > 0 && version >= SCHEMA_FENCE_VERSION) {
+      yield* sql`
+        INSERT INTO schema_fence (only_row, required_code_version) VALUES (true, ${requiredCodeVersion(version)})
+        ON CONFLICT (only_row) DO UPDATE SET required_code_version =
+          greatest(schema_fence.required_code_version, excluded.required_code_version)`
+    }
+  })
+
+/** Applies `entries` (consecutive, oldest first) in one transaction, logging each with its duration. */
+const apply = (entries: ReadonlyArray<MigrationEntry>) => {
+  if (!Arr.isNonEmptyReadonlyArray(entries)) return Effect.void
+  const loader = Effect.succeed(entries.map((entry): Migrator.ResolvedMigration => [
+    idOf(entry),
+    entry.file.slice(entry.file.indexOf("_") + 1),
+    Effect.promise(entry.load).pipe(Effect.map((module) =>
+      module.default.pipe(
+        Effect.timed,
+        Effect.tap(([took]) =>
+          Effect.logInfo(`migration ${entry.file} applied in ${Duration.format(took)}`).pipe(
+            Effect.annotateLogs({ migration: entry.file, durationMs: Math.round(Duration.toMillis(took)) })
+          )
+        )
+      )
+    ))
+  ]))
+  return Migrator.make({})({ loader, table: MIGRATIONS_TABLE })
+}
+
+/** Waits until no replica of a release older than `version` uses the database. */
+const awaitNoOlderReplicas = (entry: MigrationEntry, version: number) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const limit = yield* migrationWait
+    const liveness = yield* replicaLivenessSeconds
+    const olderReplicas: Effect.Effect<ReadonlyArray<string>, SqlError> = Effect.gen(function*() {
+      const registry = (yield* sql`SELECT to_regclass('replicas') IS NOT NULL AS present`)[0]?.["present"] === true
+      const rows = registry
+        ? yield* sql`
+            SELECT format('replica %s (version %s, schema %s, last seen %s s ago)', id, version, schema_version,
+                          round(extract(epoch FROM clock_timestamp() - heartbeat_at))) AS who
+            FROM replicas
+            WHERE schema_version < ${version} AND heartbeat_at > clock_timestamp() - make_interval(secs => ${liveness})
+            UNION ALL
+            SELECT format('unregistered process %s at %s (%s, since %s)', pid, coalesce(host(client_addr), 'local socket'),
+                          application_name, to_char(backend_start, 'YYYY-MM-DD HH24:MI:SS'))
+            FROM pg_stat_activity
+            WHERE datname = current_database() AND pid <> pg_backend_pid()
+              AND (application_name = ${LEGACY_POOL_NAME}
+                   OR (starts_with(application_name, ${LOCK_SESSION_PREFIX})
+                       AND substr(application_name, ${LOCK_SESSION_PREFIX.length + 1}) NOT IN (SELECT id FROM replicas)))`
+        : yield* sql`
+            SELECT format('unregistered process %s at %s (%s, since %s)', pid, coalesce(host(client_addr), 'local socket'),
+                          application_name, to_char(backend_start, 'YYYY-MM-DD HH24:MI:SS')) AS who
+            FROM pg_stat_activity
+            WHERE datname = current_database() AND pid <> pg_backend_pid()
+              AND (application_name = ${LEGACY_POOL_NAME} OR starts_with(application_name, ${LOCK_SESSION_PREFIX}))`
+      return (yield* Effect.orDie(Schema.decodeUnknown(Schema.Array(OlderRow))(rows))).map((row) => row.who)
+    })
+
+    const started = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
+    let lastLogged = -Infinity
+    while (true) {
+      const older = yield* olderReplicas
+      if (older.length === 0) return
+      const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
+      const waited = Duration.millis(now - started)
+      if (Duration.greaterThanOrEqualTo(waited, limit)) {
+        return yield* new OlderReplicasStillRunning({ migration: entry.file, waited, replicas: older })
+      }
+      if (now - lastLogged >= 10_000) {
+        lastLogged = now
+        yield* Effect.logWarning(
+          `migration ${entry.file} waits for ${older.length} replica(s) of an older release to stop: ${older.join("; ")}`
+        ).pipe(Effect.annotateLogs({ migration: entry.file, waitedSeconds: Math.round(Duration.toSeconds(waited)) }))
+      }
+      yield* Effect.sleep(Duration.seconds(1))
+    }
+  })
