@@ -106,9 +106,8 @@ export const AccountLive = HttpApiBuilder.group(ConfirmdApi, "account", (handler
         }))
       .handle("webhookSecret", () =>
         Effect.flatMap(CurrentAccount, (account) =>
-          webhookSecrets.current(account.id).pipe(
-            // Every account has one: signup creates it, the migration gave one to older accounts.
-            Effect.flatMap(Effect.orDie),
+          // Signup creates it; an account from before signing gets one here on first need.
+          webhookSecrets.ofAccount(account.id).pipe(
             Effect.orDie,
             Effect.map(secretOut)
           )))

@@ -3,9 +3,13 @@
  * (`webhook_attempts`), and redelivery, which hands a finished delivery back to the
  * dispatcher with a fresh attempt budget under the same event id (the same `webhook-id`).
  * Ownership is the caller's business: this looks deliveries up by event id only.
+ *
+ * Attempts made by the release before signing were not logged one by one; migration 13 added
+ * them (`before_upgrade`), at the delivery's creation time, with an `error` saying what is not
+ * known of them. They come first: they were made before any logged attempt.
  */
-import { SqlClient } from "@effect/sql"
-import { Effect, Option } from "effect"
+import { SqlClient, SqlSchema } from "@effect/sql"
+import { Effect, Option, Schema } from "effect"
 import { Outbox } from "../Outbox/Outbox.ts"
 
 export interface DeliveryAttempt {
@@ -13,6 +17,8 @@ export interface DeliveryAttempt {
   readonly durationMs: number
   readonly httpStatus: number | null
   readonly error: string | null
+  /** Made by the release before signing; its time and duration are not known. */
+  readonly beforeUpgrade: boolean
 }
 
 export interface Delivery {
@@ -23,33 +29,49 @@ export interface Delivery {
   readonly attempts: ReadonlyArray<DeliveryAttempt>
 }
 
-interface DeliveryRow {
-  readonly id: string
-  readonly url: string
-  readonly status: "pending" | "delivered" | "dropped"
-  readonly created_at: Date
-}
+const DeliveryRow = Schema.Struct({
+  id: Schema.String,
+  url: Schema.String,
+  status: Schema.Literal("pending", "delivered", "dropped"),
+  created_at: Schema.DateFromSelf
+})
 
-interface AttemptRow {
-  readonly started_at: Date
-  readonly duration_ms: number
-  readonly http_status: number | null
-  readonly error: string | null
-}
+const AttemptRow = Schema.Struct({
+  started_at: Schema.DateFromSelf,
+  duration_ms: Schema.Number,
+  http_status: Schema.NullOr(Schema.Number),
+  error: Schema.NullOr(Schema.String),
+  before_upgrade: Schema.Boolean
+})
 
 export class DeliveryLog extends Effect.Service<DeliveryLog>()("confirmd/DeliveryLog", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const outbox = yield* Outbox
 
+    const findDelivery = SqlSchema.findOne({
+      Request: Schema.String,
+      Result: DeliveryRow,
+      execute: (eventId) => sql`SELECT id, url, status, created_at FROM webhook_deliveries WHERE id = ${eventId}`
+    })
+
+    const findAttempts = SqlSchema.findAll({
+      Request: Schema.String,
+      Result: AttemptRow,
+      execute: (eventId) =>
+        sql`
+          SELECT started_at, duration_ms, http_status, error, coalesce(before_upgrade, false) AS before_upgrade
+          FROM webhook_attempts
+          WHERE delivery_id = ${eventId}
+          ORDER BY coalesce(before_upgrade, false) DESC, id`
+    })
+
     const find = (eventId: string) =>
       Effect.gen(function*() {
-        const [row] = yield* sql<DeliveryRow>`
-          SELECT id, url, status, created_at FROM webhook_deliveries WHERE id = ${eventId}`
-        if (row === undefined) return Option.none<Delivery>()
-        const attempts = yield* sql<AttemptRow>`
-          SELECT started_at, duration_ms, http_status, error FROM webhook_attempts
-          WHERE delivery_id = ${eventId} ORDER BY id`
+        const found = yield* findDelivery(eventId)
+        if (Option.isNone(found)) return Option.none<Delivery>()
+        const row = found.value
+        const attempts = yield* findAttempts(eventId)
         return Option.some<Delivery>({
           id: row.id,
           url: row.url,
@@ -59,7 +81,8 @@ export class DeliveryLog extends Effect.Service<DeliveryLog>()("confirmd/Deliver
             startedAt: a.started_at,
             durationMs: a.duration_ms,
             httpStatus: a.http_status,
-            error: a.error
+            error: a.error,
+            beforeUpgrade: a.before_upgrade
           }))
         })
       })

@@ -171,6 +171,10 @@ export const eventId = {
   intentConfirmed: (intentId: string) => `intent.confirmed:${intentId}`
 } as const
 
+/** Whose secrets sign the delivery `deliveryId`: a challenge's callback is signed by the challenge, the rest by the account. */
+export const signerKindOf = (deliveryId: string): "account" | "challenge" =>
+  deliveryId.startsWith(eventId.challengeConfirmed("")) ? "challenge" : "account"
+
 /** Values for one `webhook_deliveries` row (insert `payload` as jsonb, e.g. `sql.json`). */
 export interface DeliveryRow {
   readonly id: string

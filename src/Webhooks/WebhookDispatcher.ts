@@ -20,7 +20,9 @@
  * The claiming loop is supervised (Supervision/).
  *
  * Every attempt is signed (Standard Webhooks, ./Signing.ts) with the signer's secrets of that
- * moment, and logged in `webhook_attempts` in the same statement that records its outcome.
+ * moment, and logged in `webhook_attempts` in the same statement that records its outcome. An
+ * account from before signing gets its secret at its first callback; a challenge from before
+ * signing has none anyone was shown, so its callbacks go unsigned with `confirmd-unsigned`.
  *
  * The target is checked before every attempt (`checkCallbackUrl`) and, unless private
  * networks are allowed, every address the connection resolves to is checked again at connect
@@ -46,7 +48,6 @@ import {
   MetricBoundaries,
   Option,
   Queue,
-  Redacted,
   Ref,
   Schedule
 } from "effect"
@@ -58,7 +59,8 @@ import type { LookupFunction } from "node:net"
 import { hostOf, rootMessage } from "../Domain/Host.ts"
 import { logFailure } from "../Supervision/FailureLog.ts"
 import { AllowPrivateNetworks, checkCallbackUrl, nonPublicRange } from "./CallbackUrl.ts"
-import { signatureHeaders } from "./Signing.ts"
+import { signerKindOf } from "./Payloads.ts"
+import { callbackHeaders, type Signing } from "./Signing.ts"
 import { WebhookSecrets } from "./WebhookSecrets.ts"
 
 // ---------------------------------------------------------------------------------------
@@ -256,14 +258,13 @@ const makeDispatcher = Effect.gen(function*() {
       RETURNING d.id, d.url, d.payload::text AS body, d.signer, d.attempts,
         extract(epoch FROM clock_timestamp() - d.created_at)::double precision AS waited_seconds`
 
-  /** One signed POST; succeeds with the receiver's 2xx status. */
-  const post = (delivery: DueDelivery, signingSecrets: ReadonlyArray<Redacted.Redacted<string>>, at: Date) =>
+  /** One POST, signed unless `signing` says why not; succeeds with the receiver's 2xx status. */
+  const post = (delivery: DueDelivery, signing: Signing, at: Date) =>
     Effect.gen(function*() {
-      if (signingSecrets.length === 0) return yield* new AttemptFailed({ reason: "no signing secret" })
       const url = yield* checkCallbackUrl(delivery.url)
       const response = yield* client.execute(
         HttpClientRequest.post(url).pipe(
-          HttpClientRequest.setHeaders(signatureHeaders({ id: delivery.id, body: delivery.body, at, secrets: signingSecrets })),
+          HttpClientRequest.setHeaders(callbackHeaders({ id: delivery.id, body: delivery.body, at, signing })),
           HttpClientRequest.bodyText(delivery.body, "application/json")
         )
       )
@@ -319,9 +320,9 @@ const makeDispatcher = Effect.gen(function*() {
       const attempt = delivery.attempts + 1
       if (attempt === 1) yield* Metric.update(webhookMetrics.firstAttemptLag, delivery.waited_seconds)
       yield* Effect.forkScoped(keepLeased(delivery))
-      const signingSecrets = yield* secrets.signing(delivery.signer)
+      const signing = yield* secrets.signing({ kind: signerKindOf(delivery.id), id: delivery.signer })
       const startedAt = new Date(yield* Clock.currentTimeMillis)
-      const [took, result] = yield* Effect.timed(Effect.either(post(delivery, signingSecrets, startedAt))).pipe(
+      const [took, result] = yield* Effect.timed(Effect.either(post(delivery, signing, startedAt))).pipe(
         // Stopped before an answer: hand the row back at once instead of leaving it leased.
         Effect.onInterrupt(() =>
           sql`
