@@ -11,6 +11,7 @@ import { randomBytes, randomUUID } from "node:crypto"
 import { Webhook } from "standardwebhooks"
 import { hashApiKey } from "../../src/Accounts/Accounts.ts"
 import { runMigrations } from "../../src/Database/Migrations.ts"
+import { WebhookSecrets } from "../../src/Webhooks/WebhookSecrets.ts"
 import { anvil } from "../support/Chains.ts"
 import { freshDatabase } from "../support/Database.ts"
 import { donationAddresses, eventually, type Json, makeTestApp } from "../support/TestApp.ts"
@@ -253,4 +254,28 @@ it.live("the migration lists every attempt the previous release made, with what 
     const secrets = yield* sql<{ owner_id: string; never_shown: boolean | null }>`
       SELECT owner_id, never_shown FROM webhook_secrets`
     expect(secrets.map((s) => [s.owner_id, s.never_shown]).sort()).toEqual([[account.id, null], [challenge, true]].sort())
+  }).pipe(Effect.scoped, Effect.provide(Reactivity.layer), Effect.orDie))
+
+it.live("an account without a secret gets exactly one, however many ask for it at once", () =>
+  Effect.gen(function*() {
+    const { sql, url } = yield* previousReleaseDatabase
+    yield* runMigrations({ embedded: false }).pipe(Effect.provideService(SqlClient.SqlClient, sql), quietLogs)
+    const account = yield* oldAccount(sql)
+    const pool = yield* PgClient.make({ url: Redacted.make(url), maxConnections: 10 })
+    const secrets = yield* WebhookSecrets.pipe(
+      Effect.provide(WebhookSecrets.Default),
+      Effect.provideService(SqlClient.SqlClient, pool)
+    )
+    // The account's requests and the dispatcher's attempts, all at once.
+    const seen = yield* Effect.all(
+      Array.from({ length: 20 }, (_, i) =>
+        i % 2 === 0
+          ? Effect.map(secrets.ofAccount(account.id), (view) => Redacted.value(view.secret))
+          : Effect.map(secrets.signing({ kind: "account", id: account.id }), (how) =>
+            how._tag === "Signed" ? Redacted.value(how.secrets[0]) : how.reason)),
+      { concurrency: "unbounded" }
+    )
+    expect(new Set(seen).size).toBe(1)
+    const rows = yield* sql`SELECT 1 FROM webhook_secrets WHERE owner_id = ${account.id}`
+    expect(rows).toHaveLength(1)
   }).pipe(Effect.scoped, Effect.provide(Reactivity.layer), Effect.orDie))
