@@ -20,7 +20,7 @@
  */
 import { Migrator, SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
-import { Array as Arr, Config, Data, Duration, Effect, Option, Schema } from "effect"
+import { Array as Arr, Clock, Config, Data, Duration, Effect, Option, Schema } from "effect"
 import { type MigrationEntry, migrations } from "../../migrations/index.ts"
 import { replicaLivenessSeconds } from "./Replicas.ts"
 import { codeSchemaVersion, migrationId as idOf, requiredCodeVersion, splitAtContract } from "./SchemaVersion.ts"
@@ -141,22 +141,29 @@ const awaitNoOlderReplicas = (entry: MigrationEntry, version: number) =>
       return (yield* Effect.orDie(Schema.decodeUnknown(Schema.Array(OlderRow))(rows))).map((row) => row.who)
     })
 
-    const started = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
-    let lastLogged = -Infinity
-    while (true) {
-      const older = yield* olderReplicas
-      if (older.length === 0) return
-      const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
-      const waited = Duration.millis(now - started)
-      if (Duration.greaterThanOrEqualTo(waited, limit)) {
-        return yield* new OlderReplicasStillRunning({ migration: entry.file, waited, replicas: older })
-      }
-      if (now - lastLogged >= 10_000) {
-        lastLogged = now
-        yield* Effect.logWarning(
-          `migration ${entry.file} waits for ${older.length} replica(s) of an older release to stop: ${older.join("; ")}`
-        ).pipe(Effect.annotateLogs({ migration: entry.file, waitedSeconds: Math.round(Duration.toSeconds(waited)) }))
-      }
-      yield* Effect.sleep(Duration.seconds(1))
-    }
+    const started = yield* Clock.currentTimeMillis
+    /** One look: done when nobody older is left; every 10th look (10 s) says whom it waits for. */
+    const look = (round: number) =>
+      Effect.gen(function*() {
+        const older = yield* olderReplicas
+        if (older.length === 0) return true
+        const waited = Duration.millis((yield* Clock.currentTimeMillis) - started)
+        if (Duration.greaterThanOrEqualTo(waited, limit)) {
+          return yield* new OlderReplicasStillRunning({ migration: entry.file, waited, replicas: older })
+        }
+        if (round % 10 === 0) {
+          yield* Effect.logWarning(
+            `migration ${entry.file} waits for ${older.length} replica(s) of an older release to stop: ${older.join("; ")}`
+          ).pipe(Effect.annotateLogs({ migration: entry.file, waitedSeconds: Math.round(Duration.toSeconds(waited)) }))
+        }
+        return false
+      })
+    yield* Effect.iterate({ round: 0, done: false }, {
+      while: (state) => !state.done,
+      body: (state) =>
+        look(state.round).pipe(
+          Effect.tap((done) => done ? Effect.void : Effect.sleep(Duration.seconds(1))),
+          Effect.map((done) => ({ round: state.round + 1, done }))
+        )
+    })
   })
