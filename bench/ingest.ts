@@ -121,7 +121,11 @@ const measure = (
       ["KAFKA_TOPIC_PREFIX", `bench-${Date.now()}`]
     ])))
     const base = yield* Layer.build(
-      Layer.mergeAll(DatabaseLive, kind === "kafka" ? KafkaLive : EmbeddedLive, ChainClients.Default, IngesterRegistry.Default)
+      Layer.mergeAll(
+        kind === "kafka" ? Layer.merge(KafkaLive, DatabaseLive) : EmbeddedLive.pipe(Layer.provideMerge(DatabaseLive)),
+        ChainClients.Default,
+        IngesterRegistry.Default
+      )
         .pipe(Layer.provide(config))
     )
     const eventLog = Context.get(base, EventLog)

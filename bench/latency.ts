@@ -107,7 +107,8 @@ const measure = (layer: LogKind, s: Settings) =>
       }))).pipe(ConfigProvider.orElse(() => ConfigProvider.fromEnv()))
     )
     const base = yield* Layer.build(
-      Layer.mergeAll(DatabaseLive, layer === "kafka" ? KafkaLive : EmbeddedLive).pipe(Layer.provide(config))
+      (layer === "kafka" ? Layer.merge(KafkaLive, DatabaseLive) : EmbeddedLive.pipe(Layer.provideMerge(DatabaseLive)))
+        .pipe(Layer.provide(config))
     )
     yield* insertWatches(s.watches, receiver.urlFor(callbackPrefix.slice(0, -1))).pipe(Effect.provide(base))
     const eventLog = Context.get(base, EventLog)

@@ -165,7 +165,8 @@ const measure = (mode: Mode, s: Settings, blocks: ReadonlyArray<BlockRecord>) =>
       ...(mode === "kafka" ? { KAFKA_BROKERS: s.kafkaBrokers } : {})
     }))))
     const base = yield* Layer.build(
-      Layer.mergeAll(DatabaseLive, mode === "kafka" ? KafkaLive : EmbeddedLive).pipe(Layer.provide(config))
+      (mode === "kafka" ? Layer.merge(KafkaLive, DatabaseLive) : EmbeddedLive.pipe(Layer.provideMerge(DatabaseLive)))
+        .pipe(Layer.provide(config))
     )
     yield* insertWatches(s.watches).pipe(Effect.provide(base))
     const last = blocks[blocks.length - 1]!.number

@@ -3,7 +3,7 @@
  *
  * Two layers implement it (`EventLogLive` in ./Live.ts picks one):
  * - Kafka (`KAFKA_BROKERS` set), see ./Kafka.ts.
- * - Embedded in-process log (default), see ./Embedded.ts.
+ * - Embedded log in the service's own database (default), see ./Embedded.ts.
  *
  * Contract, identical in both layers:
  * - `topicName(suffix)` gives `<KAFKA_TOPIC_PREFIX>.<suffix>` (prefix default `confirmd`).
@@ -22,7 +22,8 @@
  *   Within a group a partition is read by one subscriber at a time. Kafka may move a
  *   partition to another subscriber of the group on a rebalance (its uncommitted messages
  *   are then delivered again there); the embedded log keeps a partition with its reader
- *   until that stream ends, and a further subscriber waits. With Kafka, all subscribers of
+ *   until that stream ends, and a further subscriber in the same process waits (replicas
+ *   sharing one database each read every partition). With Kafka, all subscribers of
  *   one group must subscribe to the same topic set (the group assigner assumes it): use one
  *   group per topic set.
  *   Call `commit` while the stream runs: with Kafka it fails once the stream has ended.

@@ -1,6 +1,6 @@
 /**
- * Picks the EventLog layer: Kafka when `KAFKA_BROKERS` is set (and not blank), the embedded
- * in-process log otherwise.
+ * Picks the EventLog layer: Kafka when `KAFKA_BROKERS` is set (and not blank), otherwise the
+ * embedded log, kept in the service's database (so it needs `SqlClient`).
  */
 import { Config, Effect, Layer, Option } from "effect"
 import { EmbeddedLive } from "./Embedded.ts"

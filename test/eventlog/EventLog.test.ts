@@ -10,6 +10,7 @@ import { makeEmbedded } from "../../src/EventLog/Embedded.ts"
 import { EventLog, type OutgoingRecord } from "../../src/EventLog/EventLog.ts"
 import { makeKafka } from "../../src/EventLog/Kafka.ts"
 import { EventLogLive } from "../../src/EventLog/Live.ts"
+import { DatabaseTest } from "../support/Database.ts"
 
 const runId = `${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`
 const settings = { topicPrefix: `test-${runId}`, defaultPartitions: 1 }
@@ -18,7 +19,8 @@ const group = (name: string) => `test-${runId}-${name}`
 const encode = (text: string) => new TextEncoder().encode(text)
 const decode = (bytes: Uint8Array) => new TextDecoder().decode(bytes)
 
-const EmbeddedTest = Layer.effect(EventLog, makeEmbedded(settings))
+// On a fresh database of its own, dropped after the suite.
+const EmbeddedTest = Layer.effect(EventLog, makeEmbedded(settings)).pipe(Layer.provide(DatabaseTest))
 
 // The vitest globalSetup always starts a broker and exports KAFKA_BROKERS: a missing
 // variable is a broken setup, not a reason to skip.
@@ -342,7 +344,7 @@ const embeddedRetention = (it: Methods) =>
       yield* log.publish(records("read", 19))
       expect(yield* offsets("g", "read", 20, 14n)).toEqual(Array.from({ length: 20 }, (_, i) => BigInt(i)))
       expect(yield* offsets("h", "read", 1)).toEqual([15n])
-    }))
+    }).pipe(Effect.provide(DatabaseTest)))
 
 // The broker's data outlives test runs: drop this run's topics.
 afterAll(async () => {
@@ -376,7 +378,8 @@ describe("EventLogLive", () => {
       expect(yield* log.lag("confirmd-matcher", topic)).toEqual([
         { partition: 0, committed: null, high: 1n, lag: 1n }
       ])
-    }).pipe(Effect.provide(EventLogLive), withEnv({})))
+      // The database is built outside `withEnv`, which then holds for the event log alone.
+    }).pipe(Effect.provide(EventLogLive), withEnv({}), Effect.provide(DatabaseTest)))
 
   it.live("is Kafka when KAFKA_BROKERS is set", () =>
     Effect.gen(function* () {
@@ -392,7 +395,9 @@ describe("EventLogLive", () => {
           KAFKA_BROKERS: process.env["KAFKA_BROKERS"] ?? "",
           KAFKA_TOPIC_PREFIX: prefix,
           KAFKA_TOPIC_PARTITIONS: "3"
-        })
+        }),
+        // The layer's type asks for a database whichever log it picks.
+        Effect.provide(DatabaseTest)
       )
       // Seen through a separate client: the record is on the broker.
       const lag = yield* Effect.flatMap(EventLog, (log) => log.lag("nobody", `${prefix}.confirmations`)).pipe(

@@ -16,6 +16,7 @@ import { assembleBlocks, type BlockMessage, type BlockRecord, blocksTopic } from
 import { IngestersLive } from "../../src/Ingest/ChainIngester.ts"
 import { IngesterRegistry, type IngesterStatus } from "../../src/Ingest/IngesterRegistry.ts"
 import { Supervisor } from "../../src/Supervision/Supervisor.ts"
+import { freshDatabase } from "../support/Database.ts"
 
 export type LogKind = "embedded" | "kafka"
 
@@ -28,15 +29,23 @@ export const anvilKey = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784
 
 const quiet = Logger.minimumLogLevel(LogLevel.Error)
 
-/** An EventLog of the given kind with topics of its own (a random prefix). */
+/**
+ * An EventLog of the given kind with topics of its own (a random prefix). The embedded one
+ * lives in a fresh database of its own, so that it outlives the ingesters' database layers.
+ */
 export const makeEventLog = (kind: LogKind): Effect.Effect<EventLogService, never, Scope.Scope> =>
   Effect.gen(function*() {
     const config = new Map([
       ["KAFKA_TOPIC_PREFIX", `test-ingest-${randomBytes(4).toString("hex")}`],
-      ...(kind === "kafka" ? [["KAFKA_BROKERS", process.env.KAFKA_BROKERS ?? "127.0.0.1:9092"] as const] : [])
+      ...(kind === "kafka"
+        ? [["KAFKA_BROKERS", process.env.KAFKA_BROKERS ?? "127.0.0.1:9092"] as const]
+        : [["DATABASE_URL", (yield* freshDatabase).url] as const])
     ])
+    const eventLog: Layer.Layer<EventLog, unknown> = kind === "kafka"
+      ? KafkaLive
+      : EmbeddedLive.pipe(Layer.provide(DatabaseLive))
     const context = yield* Layer.build(
-      (kind === "kafka" ? KafkaLive : EmbeddedLive).pipe(
+      eventLog.pipe(
         Layer.provide(quiet),
         Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(config)))
       )

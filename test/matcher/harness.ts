@@ -55,7 +55,7 @@ export const makeHarness = (kind: LogKind, env: Record<string, string> = {}): Ef
     const context = yield* Layer.build(
       MatcherLive.pipe(
         Layer.provide(Layer.mergeAll(Supervisor.Default, Outbox.Default)),
-        Layer.provideMerge(Layer.mergeAll(DatabaseLive, kind === "kafka" ? KafkaLive : EmbeddedLive)),
+        Layer.provideMerge(kind === "kafka" ? Layer.merge(KafkaLive, DatabaseLive) : EmbeddedLive.pipe(Layer.provideMerge(DatabaseLive))),
         Layer.provide(Logger.minimumLogLevel(LogLevel.None)),
         Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(config)))
       )

@@ -1,5 +1,5 @@
 // Dispatcher and relay in the embedded run mode (`npm start` without DATABASE_URL and
-// KAFKA_BROKERS): PGlite over its single socket connection and the in-process event log.
+// KAFKA_BROKERS): PGlite over its single socket connection, with the event log in it too.
 import { expect, it } from "@effect/vitest"
 import { Webhook } from "standardwebhooks"
 import { SqlClient } from "@effect/sql"
@@ -33,7 +33,7 @@ it.live("embedded database and log: a challenge callback after one 500, and its 
     const context = yield* Layer.build(
       Layer.mergeAll(WebhookDispatcherLive, OutboxRelayLive).pipe(
         Layer.provide(Layer.mergeAll(Supervisor.Default, Outbox.Default)),
-        Layer.provideMerge(Layer.mergeAll(DatabaseLive, EventLogLive)),
+        Layer.provideMerge(EventLogLive.pipe(Layer.provideMerge(DatabaseLive))),
         Layer.provide(Layer.setConfigProvider(config))
       )
     ).pipe(Effect.orDie)
