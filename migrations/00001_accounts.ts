@@ -1,6 +1,9 @@
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
+/**
+ * Baseline: the first release's schema (accounts, subscriptions, addresses).
+ */
 export default Effect.flatMap(SqlClient.SqlClient, (sql) =>
   sql`
     CREATE TABLE accounts (

@@ -2,6 +2,8 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
 /**
+ * Baseline: the first release's schema.
+ *
  * Payments, signup intents and challenges each keep their own row for status reads, and every
  * open expectation is also one row in `watches`: the single table the matcher looks up, with
  * a partial unique index so that no two open watches can claim the same transfer.

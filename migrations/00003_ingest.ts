@@ -2,6 +2,8 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
 /**
+ * Baseline: the first release's schema.
+ *
  * Per-chain ingestion state: the cursor (the newest block published and still canonical;
  * `hash` is null right after a reorg deeper than the kept headers, when the next block's
  * parent cannot be checked) and the last `REORG_DEPTH` published headers, used to find the

@@ -2,6 +2,8 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
 /**
+ * Baseline: the first release's schema.
+ *
  * The matcher's state and its two outboxes, all written in the block's one transaction:
  *
  * - `matcher_cursors`: the newest block applied per chain (its number is the chain head the

@@ -2,6 +2,8 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
 /**
+ * Baseline: the first release's schema.
+ *
  * The matcher's own state beside `matcher_cursors` (00004):
  *
  * - `matcher_cursors.hash` may be null: after a reorg deeper than the ingester's kept headers

@@ -2,6 +2,10 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
 /**
+ * Contract (the previous release does not survive it: the unique index of open watches is
+ * rebuilt, so an older `INSERT ... ON CONFLICT` no longer matches it). Applied only once no
+ * older replica is left.
+ *
  * Payments in a token as well as in the native coin.
  *
  * - `watches.asset` is what a transfer must carry to match: `native`, or the token contract

@@ -3,6 +3,9 @@ import { Effect } from "effect"
 import { newWebhookSecret } from "../src/Webhooks/Signing.ts"
 
 /**
+ * Contract (the previous release does not survive it: `webhook_deliveries.signer` is NOT NULL,
+ * and older code writes deliveries without it). Applied only once no older replica is left.
+ *
  * Signed webhooks, the delivery log and redelivery:
  *
  * - `webhook_secrets`: the signing secrets of an account or of a challenge with a callback

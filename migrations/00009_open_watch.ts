@@ -2,6 +2,9 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
 /**
+ * Contract (listed with 00006 and 00008, which come before it: older code opens watches without
+ * `open_watch`). Applied only once no older replica is left.
+ *
  * `open_watch`: opens a watch at the first free amount ≥ the requested one on its (chain,
  * asset, address) and returns that amount, in one call.
  *

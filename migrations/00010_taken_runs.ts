@@ -2,6 +2,9 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
 /**
+ * Contract (older code closes watches without lowering `taken_runs`). Applied only once no older
+ * replica is left.
+ *
  * `taken_runs`: where `open_watch` stopped last time, so that the same amount asked for again
  * and again on one address costs one lookup instead of a count over every watch already holding
  * the amounts above it (2,000 open payments of one price made each opening scan 2,000 rows
