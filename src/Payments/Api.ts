@@ -65,7 +65,12 @@ export class DeliveryAttemptOut extends Schema.Class<DeliveryAttemptOut>("Delive
   duration_ms: Schema.Int,
   http_status: Schema.NullOr(Schema.Int).annotations({ description: "Your endpoint's answer; null when none came" }),
   error: Schema.NullOr(Schema.String).annotations({
-    description: "Why the attempt failed (non-2xx answer, timeout, connection error); null when delivered"
+    description: "Why the attempt failed (non-2xx answer, timeout, connection error); null when delivered. " +
+      "For an attempt made before the upgrade to signed callbacks: what that release kept of it, and what it did not"
+  }),
+  before_upgrade: Schema.Boolean.annotations({
+    description: "true for an attempt made by the release before signed callbacks, which did not log attempts one by " +
+      "one: its time is the delivery's creation and its duration unknown (0)"
   })
 }) {}
 

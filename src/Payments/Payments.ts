@@ -68,7 +68,8 @@ const toDeliveryOut = (delivery: Delivery): DeliveryOut => new DeliveryOut({
       attempted_at: attempt.startedAt.toISOString(),
       duration_ms: attempt.durationMs,
       http_status: attempt.httpStatus,
-      error: attempt.error
+      error: attempt.error,
+      before_upgrade: attempt.beforeUpgrade
     })
   )
 })

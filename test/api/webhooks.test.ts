@@ -127,6 +127,7 @@ layer(
       ])
       for (const attempt of log.attempts) {
         expect(attempt.duration_ms).toBeGreaterThanOrEqual(0)
+        expect(attempt.before_upgrade).toBe(false)
         expect(Date.parse(attempt.attempted_at)).toBeGreaterThanOrEqual(Date.parse(log.created_at) - 1000)
       }
 

@@ -155,10 +155,10 @@ it.live("after the upgrade: earlier attempts are listed, old challenges call bac
     )
     expect(log.status).toBe(200)
     const [delivery] = log.body
-    expect(delivery.attempts.map((a: Json) => [a.http_status, a.error])).toEqual([
-      [null, "before the upgrade: not logged by the previous release (time, duration and answer unknown)"],
-      [null, "before the upgrade: not logged by the previous release (time and duration unknown); it failed: receiver answered HTTP 500"],
-      [200, null]
+    expect(delivery.attempts.map((a: Json) => [a.before_upgrade, a.http_status, a.error])).toEqual([
+      [true, null, "before the upgrade: not logged by the previous release (time, duration and answer unknown)"],
+      [true, null, "before the upgrade: not logged by the previous release (time and duration unknown); it failed: receiver answered HTTP 500"],
+      [false, 200, null]
     ])
     expect(delivery.attempts.slice(0, 2).map((a: Json) => [a.attempted_at, a.duration_ms]))
       .toEqual([[delivery.created_at, 0], [delivery.created_at, 0]])
