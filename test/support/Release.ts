@@ -5,7 +5,7 @@
  */
 import { Data, Effect, Schedule } from "effect"
 import { execFile } from "node:child_process"
-import { mkdtempSync, readFileSync, realpathSync, rmSync, symlinkSync } from "node:fs"
+import { mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, symlinkSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import type { Json } from "./TestApp.ts"
@@ -63,6 +63,13 @@ export const releaseWorktree = (commit: string) =>
         Effect.zipRight(Effect.ignore(git(["worktree", "prune"])))
       )
   )
+
+/** The schema version a release's code is written for: the number of its newest migration. */
+export const schemaVersionOf = (worktree: Worktree): number =>
+  Math.max(0, ...readdirSync(join(worktree.dir, "migrations")).flatMap((file) => {
+    const number = /^(\d+)_\w+\.ts$/.exec(file)?.[1]
+    return number === undefined ? [] : [Number(number)]
+  }))
 
 export interface LogLine {
   readonly message: string

@@ -15,7 +15,8 @@ import { randomBytes } from "node:crypto"
 import { Webhook } from "standardwebhooks"
 import { freshDatabase } from "../support/Database.ts"
 import { PriceServer } from "../support/PriceServer.ts"
-import { makeLogs, previousRelease, releaseWorktree, type Worktree } from "../support/Release.ts"
+import { type MigrationEntry, migrations } from "../../migrations/index.ts"
+import { type LogLine, makeLogs, previousRelease, releaseWorktree, schemaVersionOf, type Worktree } from "../support/Release.ts"
 import { call, freePort, type Service, startService } from "../support/Service.ts"
 import { eventually, type Json } from "../support/TestApp.ts"
 import { type ReceivedRequest, WebhookReceiver, type WebhookReceiverHandle } from "../support/WebhookReceiver.ts"
@@ -140,7 +141,8 @@ const startReplica = (world: World, replicaId: string, release: boolean, extra: 
     return { service, logs }
   })
 
-const healthy = (service: Service) => eventually(call(service.base, "GET", "/health"), (r) => r.status === 200, 90)
+const healthy = (service: Service) =>
+  eventually(call(service.base, "GET", "/health"), (r) => r.status === 200 && r.body?.status === "ok", 90)
 
 // ---------------------------------------------------------------------------------------
 // The state the previous release leaves behind
@@ -317,7 +319,7 @@ const carriedOver = (
   state: OldState,
   before: Effect.Effect.Success<ReturnType<typeof snapshot>>,
   oldEndedAt: number,
-  alsoPending: ReadonlyArray<Payment> = []
+  more: { readonly paid: ReadonlyArray<Payment>; readonly pending: ReadonlyArray<Payment> } = { paid: [], pending: [] }
 ) =>
   Effect.gen(function*() {
     // Every payment and account as the merchants left them.
@@ -349,7 +351,7 @@ const carriedOver = (
     // The pending payments and challenge are paid; a payment made now too; the next blocks
     // also give the half-confirmed payment its second confirmation.
     const fresh = yield* createPayment(base, state.a.key, "16", world.receiver.urlFor("/fresh"))
-    const toPay = [state.pendingA, state.pendingB, fresh, ...alsoPending]
+    const toPay = [state.pendingA, state.pendingB, fresh, ...more.pending]
     const txs = yield* Effect.forEach(toPay, (p) => world.chain.send(p.address, p.amountWei))
     yield* world.chain.send(DONATION, state.challengePending.amountSmallest)
     yield* world.chain.mine(2)
@@ -377,13 +379,13 @@ const carriedOver = (
         expect(request.headers["confirmd-unsigned"], seen).toBeDefined()
         continue
       }
-      const owner = [state.paid, state.failing, state.halfConfirmed, ...toPay].find((p) => p.id === paymentId)
+      const owner = [state.paid, state.failing, state.halfConfirmed, ...more.paid, ...toPay].find((p) => p.id === paymentId)
       expect(owner, `a callback for an unknown payment: ${seen}`).toBeDefined()
       expect(verify(secrets.get(owner!.key)!, request), seen).toEqual({ verified: request.body })
     }
 
     // One callback per payment: repeats only as retries of one delivery (one webhook-id, one body).
-    for (const payment of [state.paid, state.failing, state.halfConfirmed, ...toPay]) {
+    for (const payment of [state.paid, state.failing, state.halfConfirmed, ...more.paid, ...toPay]) {
       const calls = paymentCalls(everything, payment)
       expect(calls.length, `callbacks of ${payment.id}`).toBeGreaterThan(0)
       expect(new Set(calls.map((r) => r.text)).size, `bodies of ${payment.id}`).toBe(1)
@@ -392,7 +394,7 @@ const carriedOver = (
       expect(calls[0]!.body).toMatchObject({ paymentId: payment.id, expectedAmountWei: payment.amountWei.toString() })
     }
     // Delivered before the upgrade: not sent again. Answered 200: sent once.
-    expect(paymentCalls(everything, state.paid)).toHaveLength(1)
+    for (const payment of [state.paid, ...more.paid]) expect(paymentCalls(everything, payment)).toHaveLength(1)
     for (const payment of [state.halfConfirmed, ...toPay]) expect(paymentCalls(everything, payment)).toHaveLength(1)
     expect(paymentCalls(everything, state.failing).filter((r) => r.at >= answeredFrom)).toHaveLength(1)
     expect(challengeCalls(everything, state.challengeConfirmed)).toHaveLength(1)
@@ -404,7 +406,37 @@ const carriedOver = (
 /** Resolves when the process has ended, with its exit code and the time. */
 const ended = (service: Service) => Effect.promise(() => service.exited.then((code) => ({ code, at: Date.now() })))
 
-const migrationLines = /^migration (\d{5}_\w+) applied in /
+const migrationId = (entry: MigrationEntry) => Number(/^\d+/.exec(entry.file)?.[0])
+/** The schema version the current code is written for: its newest migration. */
+const codeSchemaVersion = Math.max(...migrations.map(migrationId))
+
+/**
+ * What the current code's log must say when it starts on the previous release's schema: the
+ * versions and the number of migrations to apply, then each of them, in order.
+ */
+const expectMigrated = (lines: ReadonlyArray<LogLine>, upgrade: Upgrade) => {
+  expect(lines.map((l) => l.message)).toContain(
+    `schema version ${upgrade.from}, code schema version ${codeSchemaVersion}, ${upgrade.pending.length} migration(s) to apply`
+  )
+  expect(lines.flatMap((l) => /^migration (\d+_\w+) applied in \d/.exec(l.message)?.[1] ?? [])).toEqual(
+    upgrade.pending.map((m) => m.file)
+  )
+}
+
+interface Upgrade {
+  /** The previous release's schema version: its newest migration. */
+  readonly from: number
+  /** The current code's migrations it lacks, oldest first. */
+  readonly pending: ReadonlyArray<MigrationEntry>
+  /** The first of them the previous release does not survive, if any: the current code waits before it. */
+  readonly contract: MigrationEntry | undefined
+}
+
+const upgradeOf = (world: World): Upgrade => {
+  const from = schemaVersionOf(world.worktree)
+  const pending = migrations.filter((m) => migrationId(m) > from)
+  return { from, pending, contract: pending.find((m) => !m.previousReleaseSurvives) }
+}
 
 describe("upgrade from the previous release", () => {
   it.scopedLive("(a) stopped, then the current code on the same database: nothing lost, nothing doubled", () =>
@@ -422,14 +454,65 @@ describe("upgrade from the previous release", () => {
 
       const current = yield* startReplica(world, "current-1", false)
       yield* healthy(current.service)
-      const lines = yield* current.logs.lines
-      const plan = lines.map((l) => /^schema version 5, code schema version (\d+), (\d+) migration\(s\) to apply$/.exec(l.message))
-        .find((m) => m !== null)
-      expect(plan, "the schema version line").toBeDefined()
-      const applied = lines.flatMap((l) => migrationLines.exec(l.message)?.[1] ?? [])
-      expect(applied).toHaveLength(Number(plan![2]))
-      expect(applied[0]).toBe("00006_assets")
+      expectMigrated(yield* current.logs.lines, upgradeOf(world))
 
       yield* carriedOver(world, current.service.base, state, before, oldEnd.at)
+    }), { timeout: 240_000 })
+
+  it.scopedLive("(b) with Kafka, the current code starts beside the running release, which keeps working, and takes over once it is stopped", () =>
+    Effect.gen(function*() {
+      const world = yield* makeWorld(true)
+      const upgrade = upgradeOf(world)
+      const old = yield* startReplica(world, "old-1", true)
+      yield* healthy(old.service)
+      const state = yield* buildOldState(world, old.service.base)
+
+      // Before a migration the previous release does not survive, the current code waits for
+      // it, naming it, and serves nothing meanwhile.
+      const current = yield* startReplica(world, "current-1", false, { MIGRATION_WAIT_SECONDS: "180" })
+      const waits = (l: LogLine) => upgrade.contract !== undefined && l.message.startsWith(`migration ${upgrade.contract.file} waits for `)
+      const waiting = upgrade.contract === undefined ? undefined : (yield* current.logs.waitFor(waits, 60)).find(waits)
+      if (waiting !== undefined) {
+        expect(waiting.message).toMatch(/^migration \d+_\w+ waits for \d+ replica\(s\) of an older release to stop: .*old-1/)
+        expect((yield* call(current.service.base, "GET", "/health")).status).toBe(0)
+        // One that may wait only a second gives up, naming it, and exits non-zero.
+        const impatient = yield* startReplica(world, "current-2", false, { MIGRATION_WAIT_SECONDS: "1" })
+        expect(yield* Effect.promise(() => impatient.service.exited)).not.toBe(0)
+        const gaveUp = (yield* impatient.logs.lines).find((l) => l.message.includes("MIGRATION_WAIT_SECONDS"))
+        expect(gaveUp?.message).toMatch(new RegExp(`migration ${upgrade.contract!.file} .* still running: .*old-1`, "s"))
+      } else {
+        yield* healthy(current.service)
+      }
+
+      // Meanwhile the previous release goes on: a payment made on it now is paid and called back.
+      const during = yield* createPayment(old.service.base, state.a.key, "17", world.receiver.urlFor("/during"))
+      const late = yield* createPayment(old.service.base, state.b.key, "18", world.receiver.urlFor("/late"))
+      const duringTx = yield* world.chain.send(during.address, during.amountWei)
+      yield* world.chain.mine(2)
+      expect(yield* untilPayment(old.service.base, during, (p) => p.status === "PAID")).toMatchObject({ tx_hash: duringTx })
+      yield* world.receiver.waitUntil((all) => paymentCalls(all, during).length === 1)
+      // Those blocks paid the half-confirmed payment too: another one is left at 1 of 2 for the switch.
+      const again = yield* createPayment(old.service.base, state.a.key, "19", world.receiver.urlFor("/half-again"))
+      yield* world.chain.send(again.address, again.amountWei)
+      yield* world.chain.mine(1)
+      yield* untilPayment(old.service.base, again, (p) => p.confirmations === 1)
+      expect(current.service.child.exitCode).toBeNull()
+      const before = yield* snapshot(old.service.base, state)
+
+      // Stopped, the previous release ends cleanly; the current code migrates and serves.
+      expect(yield* old.service.kill("SIGTERM")).toBe(0)
+      const oldEnd = yield* ended(old.service)
+      yield* healthy(current.service)
+      const lines = yield* current.logs.lines
+      expectMigrated(lines, upgrade)
+      if (waiting !== undefined) {
+        const firstApplied = lines.findIndex((l) => l.message.startsWith(`migration ${upgrade.contract?.file} applied`))
+        expect(firstApplied).toBeGreaterThan(lines.indexOf(waiting))
+      }
+
+      yield* carriedOver(world, current.service.base, { ...state, halfConfirmed: again }, before, oldEnd.at, {
+        paid: [during, state.halfConfirmed],
+        pending: [late]
+      })
     }), { timeout: 240_000 })
 })
