@@ -38,13 +38,18 @@ export type TransferMessage = typeof TransferMessage.Type
 export const BlockRef = Schema.Struct({ number: Schema.BigInt, hash: Schema.String })
 export type BlockRef = typeof BlockRef.Type
 
-/** One canonical block as the chain clients normalise it, plus its part number when split. */
+/**
+ * One canonical block as the chain clients normalise it, plus its part number when split, and
+ * the node's finalized height when the ingester fetched it (EVM chains whose node reports the
+ * `finalized` tag; absent elsewhere, and in messages of older ingesters, which matchers ignore).
+ */
 export const BlockRecord = Schema.Struct({
   type: Schema.Literal("block"),
   version: Schema.Literal(2),
   ...ChainBlock.fields,
   part: Schema.Int,
-  parts: Schema.Int
+  parts: Schema.Int,
+  finalized: Schema.optional(Schema.BigInt)
 })
 export type BlockRecord = typeof BlockRecord.Type
 
