@@ -3,13 +3,53 @@
  * parameters) and by tests. A transfer mined in block `b` has 1 confirmation when `b` is the
  * head, 2 when one block was mined on top of it, and so on.
  */
-import { Config } from "effect"
+import { Config, ConfigError, Either, Option } from "effect"
+import { type ChainName, chainNames } from "../Domain/Chain.ts"
 
 /** `CONFIRMATIONS_REQUIRED` (default 2): confirmations that make a payment PAID. */
 export const ConfirmationsRequired = Config.integer("CONFIRMATIONS_REQUIRED").pipe(
   Config.withDefault(2),
   Config.validate({ message: "CONFIRMATIONS_REQUIRED must be at least 1", validation: (n) => n >= 1 })
 )
+
+/**
+ * The most confirmations a payment may ask for, per chain: about a day of blocks, capped at
+ * 1,000 (bitcoin 144, ethereum 1,000 = 3.3 h; the faster chains reach the cap sooner). Past
+ * finality more blocks add nothing, and a payment waiting longer than its lifetime's scale
+ * for confirmations only delays the merchant.
+ */
+export const maxConfirmations: Readonly<Record<ChainName, number>> = {
+  bitcoin: 144,
+  ethereum: 1000,
+  base: 1000,
+  arbitrum: 1000,
+  optimism: 1000,
+  polygon: 1000,
+  bnb: 1000,
+  avalanche: 1000,
+  linea: 1000,
+  zksync: 1000
+}
+
+/**
+ * The default threshold of each chain: `CONFIRMATIONS_REQUIRED_<CHAIN>`, else the contract's
+ * `CONFIRMATIONS_REQUIRED`; each between 1 and the chain's `maxConfirmations`.
+ */
+export const ChainConfirmationsRequired: Config.Config<Readonly<Record<ChainName, number>>> = Config.all([
+  ConfirmationsRequired,
+  Config.all(chainNames.map((chain) => Config.option(Config.integer(`CONFIRMATIONS_REQUIRED_${chain.toUpperCase()}`))))
+]).pipe(Config.mapOrFail(([general, specific]) => {
+  const thresholds: Partial<Record<ChainName, number>> = {}
+  for (const [i, chain] of chainNames.entries()) {
+    const name = `CONFIRMATIONS_REQUIRED_${chain.toUpperCase()}`
+    const value = Option.getOrElse(specific[i] ?? Option.none(), () => Math.min(general, maxConfirmations[chain]))
+    if (!Number.isInteger(value) || value < 1 || value > maxConfirmations[chain]) {
+      return Either.left(ConfigError.InvalidData([name], `${name} must be between 1 and ${maxConfirmations[chain]}`))
+    }
+    thresholds[chain] = value
+  }
+  return Either.right(thresholds as Record<ChainName, number>)
+}))
 
 /** Confirmations of a transfer in block `block` when the chain head is `head`; 0 when the head is below it. */
 export const confirmations = (head: bigint, block: bigint): bigint => (head >= block ? head - block + 1n : 0n)
