@@ -118,26 +118,30 @@ const awaitNoOlderReplicas = (entry: MigrationEntry, version: number) =>
     const liveness = yield* replicaLivenessSeconds
     const olderReplicas: Effect.Effect<ReadonlyArray<string>, SqlError> = Effect.gen(function*() {
       const registry = (yield* sql`SELECT to_regclass('replicas') IS NOT NULL AS present`)[0]?.["present"] === true
+      // Sessions of a release from before the replica table, one line per client host, naming the
+      // replicas its lock sessions carry (every replica on PostgreSQL keeps one).
+      const unregistered = sql`
+        SELECT format('%s session(s) from %s%s, since %s', count(*), coalesce(host(client_addr), 'a local socket'),
+                      coalesce(' (replica ' || string_agg(DISTINCT substr(application_name, ${LOCK_SESSION_PREFIX.length + 1}), ', ')
+                        FILTER (WHERE starts_with(application_name, ${LOCK_SESSION_PREFIX})) || ')', ''),
+                      to_char(min(backend_start), 'YYYY-MM-DD HH24:MI:SS')) AS who
+        FROM pg_stat_activity
+        WHERE datname = current_database() AND pid <> pg_backend_pid()
+          AND (application_name = ${LEGACY_POOL_NAME}
+               OR (starts_with(application_name, ${LOCK_SESSION_PREFIX}) ${
+          registry ? sql`AND substr(application_name, ${LOCK_SESSION_PREFIX.length + 1}) NOT IN (SELECT id FROM replicas)` : sql``
+        }))
+        GROUP BY client_addr`
       const rows = registry
-        ? yield* sql`
+        ? [
+          ...(yield* sql`
             SELECT format('replica %s (version %s, schema %s, last seen %s s ago)', id, version, schema_version,
                           round(extract(epoch FROM clock_timestamp() - heartbeat_at))) AS who
             FROM replicas
-            WHERE schema_version < ${version} AND heartbeat_at > clock_timestamp() - make_interval(secs => ${liveness})
-            UNION ALL
-            SELECT format('unregistered process %s at %s (%s, since %s)', pid, coalesce(host(client_addr), 'local socket'),
-                          application_name, to_char(backend_start, 'YYYY-MM-DD HH24:MI:SS'))
-            FROM pg_stat_activity
-            WHERE datname = current_database() AND pid <> pg_backend_pid()
-              AND (application_name = ${LEGACY_POOL_NAME}
-                   OR (starts_with(application_name, ${LOCK_SESSION_PREFIX})
-                       AND substr(application_name, ${LOCK_SESSION_PREFIX.length + 1}) NOT IN (SELECT id FROM replicas)))`
-        : yield* sql`
-            SELECT format('unregistered process %s at %s (%s, since %s)', pid, coalesce(host(client_addr), 'local socket'),
-                          application_name, to_char(backend_start, 'YYYY-MM-DD HH24:MI:SS')) AS who
-            FROM pg_stat_activity
-            WHERE datname = current_database() AND pid <> pg_backend_pid()
-              AND (application_name = ${LEGACY_POOL_NAME} OR starts_with(application_name, ${LOCK_SESSION_PREFIX}))`
+            WHERE schema_version < ${version} AND heartbeat_at > clock_timestamp() - make_interval(secs => ${liveness})`),
+          ...(yield* unregistered)
+        ]
+        : yield* unregistered
       return (yield* Effect.orDie(Schema.decodeUnknown(Schema.Array(OlderRow))(rows))).map((row) => row.who)
     })
 
@@ -149,11 +153,14 @@ const awaitNoOlderReplicas = (entry: MigrationEntry, version: number) =>
         if (older.length === 0) return true
         const waited = Duration.millis((yield* Clock.currentTimeMillis) - started)
         if (Duration.greaterThanOrEqualTo(waited, limit)) {
-          return yield* new OlderReplicasStillRunning({ migration: entry.file, waited, replicas: older })
+          const error = new OlderReplicasStillRunning({ migration: entry.file, waited, replicas: older })
+          // Logged here too, as a JSON line like every other: the failed start is reported outside the logger.
+          yield* Effect.logError(error.message).pipe(Effect.annotateLogs({ migration: entry.file }))
+          return yield* error
         }
         if (round % 10 === 0) {
           yield* Effect.logWarning(
-            `migration ${entry.file} waits for ${older.length} replica(s) of an older release to stop: ${older.join("; ")}`
+            `migration ${entry.file} waits for replicas of an older release to stop: ${older.join("; ")}`
           ).pipe(Effect.annotateLogs({ migration: entry.file, waitedSeconds: Math.round(Duration.toSeconds(waited)) }))
         }
         return false

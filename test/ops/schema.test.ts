@@ -153,14 +153,14 @@ describe("a migration older code does not survive", () => {
       const replica = yield* startService(serviceEnv(database.url, anvil.url), { onOutput: (chunk) => output.push(chunk) })
       const waiting = yield* until(
         Effect.sync(() => logLines(output)),
-        (lines) => lines.some((line) => String(line.message).includes("waits for 1 replica(s) of an older release")),
+        (lines) => lines.some((line) => String(line.message).includes("waits for replicas of an older release")),
         60
       )
       const start = waiting.find((line) => String(line.message).startsWith("schema version"))
       const pending = migrations.filter((entry) => migrationId(entry) > 5).length
       expect(start.message).toBe(`schema version 5, code schema version ${codeSchemaVersion}, ${pending} migration(s) to apply`)
       const wait = waiting.find((line) => String(line.message).includes("waits for"))
-      expect(wait.message).toMatch(/^migration 00006_assets waits for 1 replica\(s\) of an older release to stop: unregistered process \d+ at .* \(confirmd, since /)
+      expect(wait.message).toMatch(/^migration 00006_assets waits for replicas of an older release to stop: 1 session\(s\) from 127\.0\.0\.1, since \d{4}-/)
       // Nothing applied while it waits, and no port open.
       expect((yield* call(replica.base, "GET", "/health")).status).toBe(0)
       const sql = yield* connect(database.url)
@@ -197,7 +197,7 @@ describe("a migration older code does not survive", () => {
       const code = yield* Effect.promise(() => replica.exited)
       expect(code).not.toBe(0)
       const text = output.join("")
-      expect(text).toContain("still running: unregistered process")
+      expect(text).toContain("still running: 1 session(s) from 127.0.0.1")
       expect(text).toContain("MIGRATION_WAIT_SECONDS")
       const sql = yield* connect(database.url)
       expect((yield* sql`SELECT max(migration_id) AS v FROM confirmd_migrations`)[0]?.["v"]).toBe(5)

@@ -473,7 +473,7 @@ describe("upgrade from the previous release", () => {
       const waits = (l: LogLine) => upgrade.contract !== undefined && l.message.startsWith(`migration ${upgrade.contract.file} waits for `)
       const waiting = upgrade.contract === undefined ? undefined : (yield* current.logs.waitFor(waits, 60)).find(waits)
       if (waiting !== undefined) {
-        expect(waiting.message).toMatch(/^migration \d+_\w+ waits for \d+ replica\(s\) of an older release to stop: .*old-1/)
+        expect(waiting.message).toMatch(/^migration \d+_\w+ waits for replicas of an older release to stop: \d+ session\(s\) from .* \(replica old-1\), since /)
         expect((yield* call(current.service.base, "GET", "/health")).status).toBe(0)
         // One that may wait only a second gives up, naming it, and exits non-zero.
         const impatient = yield* startReplica(world, "current-2", false, { MIGRATION_WAIT_SECONDS: "1" })
