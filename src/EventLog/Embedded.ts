@@ -60,8 +60,13 @@ export interface EmbeddedOptions {
   readonly maxUnreadRecords?: number
   /** How often a waiting subscriber reads again when not woken (default 500 ms). */
   readonly pollInterval?: Duration.DurationInput
-  /** Records read per query (default 100; a block message is at most 512 KiB). */
+  /** Records read per query (default 100). */
   readonly pageSize?: number
+  /**
+   * Bytes a query reads beyond its first record (default 4 MiB): what a reader holds ahead of
+   * its consumer is a few pages, so big bitcoin blocks stay bounded in memory.
+   */
+  readonly pageBytes?: number
 }
 
 /** FNV-1a over the key's UTF-8 bytes: stable, so one key always lands in one partition. */
@@ -108,6 +113,7 @@ export const makeEmbedded = (
     const maxUnreadRecords = options.maxUnreadRecords ?? 10_000
     const pollInterval = Duration.decode(options.pollInterval ?? "500 millis")
     const pageSize = options.pageSize ?? 100
+    const pageBytes = options.pageBytes ?? 4 * 1024 * 1024
     /** Partition counts of the topics this process has used: fixed once a topic exists. */
     const partitionCounts = new Map<string, number>()
     /** Per partition: the newest high this process published, to wake its subscribers. */
@@ -292,10 +298,18 @@ export const makeEmbedded = (
 
     const page = (topic: string, partition: number, position: bigint) =>
       sql`
-        SELECT x."offset"::text AS offset, x.key, x.value, x.headers FROM event_log_records x
-        WHERE x.topic = ${topic} AND x.partition = ${partition} AND x."offset" >= ${position.toString()}::int8
+        SELECT y."offset"::text AS offset, y.key, y.value, y.headers FROM (
+          SELECT x.*, sum(octet_length(x.value)) OVER (ORDER BY x."offset") - octet_length(x.value) AS before
+          FROM (
+            SELECT * FROM event_log_records
+            WHERE topic = ${topic} AND partition = ${partition} AND "offset" >= ${position.toString()}::int8
+            ORDER BY "offset" LIMIT ${pageSize}
+          ) x
+        ) y
+        -- At least one record, and no more once the page holds pageBytes.
+        WHERE y.before < ${pageBytes}
         -- The table's column: the output column of that name is text.
-        ORDER BY x."offset" LIMIT ${pageSize}`.pipe(
+        ORDER BY y."offset"`.pipe(
         Effect.mapError(failed("consume")),
         Effect.flatMap((rows) => Effect.orDie(decodeRecords(rows)))
       )
