@@ -39,7 +39,7 @@ import {
   outboxRow,
   paymentDelivery
 } from "../Webhooks/Payloads.ts"
-import { ConfirmationsRequired, confirmedUpTo } from "./Confirmations.ts"
+import { ChainConfirmationsRequired, ConfirmationsRequired } from "./Confirmations.ts"
 
 /** What applying one message did. */
 export interface ApplyOutcome {
@@ -126,7 +126,12 @@ interface CursorRow {
   readonly number: string
   readonly hash: string | null
   readonly last_reorg: string | null
+  readonly finalized: string | null
 }
+
+/** The newer of two finalized heights (null: unknown); a block never moves it backwards. */
+export const newerFinalized = (stored: bigint | null, reported: bigint | undefined): bigint | null =>
+  reported === undefined ? stored : stored === null || reported > stored ? reported : stored
 
 interface MatchedCommon {
   readonly id: string
@@ -194,6 +199,7 @@ export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
     const sql = yield* SqlClient.SqlClient
     const outbox = yield* Outbox
     const required = yield* ConfirmationsRequired
+    const chainRequired = yield* ChainConfirmationsRequired
     const statusRef = yield* SubscriptionRef.make<ReadonlyMap<ChainName, MatcherStatus>>(new Map())
 
     /** Creates the chain's cursor on first use and locks it for the transaction. */
@@ -201,20 +207,33 @@ export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
       sql<CursorRow>`
         INSERT INTO matcher_cursors (chain, number, hash) VALUES (${chain}, -1, NULL)
         ON CONFLICT (chain) DO UPDATE SET chain = EXCLUDED.chain
-        RETURNING number::text AS number, hash, last_reorg`.pipe(Effect.map((rows) => rows[0]!))
+        RETURNING number::text AS number, hash, last_reorg, finalized::text AS finalized`.pipe(Effect.map((rows) => rows[0]!))
+
+    /** Whether a counted payment row is PAID at `head`: its threshold reached, and finality when it waits for it. */
+    const paidWhen = (head: bigint, chainDefault: number, finalized: bigint | null) =>
+      sql`(block_number <= ${head.toString()}::bigint + 1 - COALESCE(confirmations_required, ${chainDefault}::int)
+           AND (NOT wait_for_finality OR block_number <= ${finalized === null ? null : finalized.toString()}::bigint) IS TRUE)`
 
     /**
      * Recounts the confirmations of the chain's detected, not yet PAID payments with `head` as
-     * the chain head, moves those at the threshold to PAID (closing their watch), stores the
-     * cursor; returns the payments that became PAID.
+     * the chain head, moves those at their threshold to PAID (closing their watch), stores the
+     * cursor; returns the payments that became PAID. A payment's threshold is its own
+     * `confirmations_required`, else the chain's default (rows of older code); with
+     * `wait_for_finality` it also needs the chain's finalized height at or past its block.
      */
-    const recount = (chain: ChainName, head: bigint, hash: string | null, blockTime: number | null) =>
+    const recount = (
+      chain: ChainName,
+      head: bigint,
+      hash: string | null,
+      blockTime: number | null,
+      finalized: bigint | null
+    ) =>
       sql<PaidRow>`
         WITH counted AS (
           UPDATE payments SET
             confirmations = (${head.toString()}::bigint - block_number + 1)::int,
-            status = CASE WHEN block_number <= ${confirmedUpTo(head, required).toString()}::bigint THEN 'PAID' ELSE 'PENDING' END,
-            paid_at = CASE WHEN block_number <= ${confirmedUpTo(head, required).toString()}::bigint THEN now() END
+            status = CASE WHEN ${paidWhen(head, chainRequired[chain], finalized)} THEN 'PAID' ELSE 'PENDING' END,
+            paid_at = CASE WHEN ${paidWhen(head, chainRequired[chain], finalized)} THEN now() END
           WHERE chain = ${chain} AND status = 'PENDING' AND tx_hash IS NOT NULL
             AND block_number <= ${head.toString()}::bigint
           RETURNING id, account_id, chain, address, asset, token_contract, amount_smallest::text AS amount_smallest,
@@ -227,7 +246,8 @@ export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
         ),
         moved AS (
           UPDATE matcher_cursors SET number = ${head.toString()}::bigint, hash = ${hash},
-            block_time = to_timestamp(${blockTime}::double precision), updated_at = clock_timestamp()
+            block_time = to_timestamp(${blockTime}::double precision), updated_at = clock_timestamp(),
+            finalized = GREATEST(finalized, ${finalized === null ? null : finalized.toString()}::bigint)
           WHERE chain = ${chain}
         )
         SELECT id, account_id, chain, address, asset, token_contract, amount_smallest, usd_amount, callback_url, tx_hash,
@@ -351,7 +371,8 @@ export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
           UNION ALL
           SELECT 'challenge', id, NULL, chain, address, amount_smallest::text, usd_amount::text, callback_url, tx_hash
           FROM c`
-        const paid = yield* recount(block.chain, block.number, block.hash, block.timestamp)
+        const finalized = newerFinalized(cursor.finalized === null ? null : BigInt(cursor.finalized), block.finalized)
+        const paid = yield* recount(block.chain, block.number, block.hash, block.timestamp, finalized)
 
         const occurredAt = new Date(yield* Clock.currentTimeMillis)
         const { deliveries, events } = paidEvents(paid, occurredAt)
@@ -448,7 +469,13 @@ export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
                  p.account_id, p.status AS payment_status
           FROM orphan o LEFT JOIN payments p ON o.kind = 'payment' AND p.id = o.watch_id`
         const ancestor: BlockRef | null = record.commonAncestor
-        yield* recount(record.chain, record.fromNumber - 1n, ancestor?.hash ?? null, null)
+        yield* recount(
+          record.chain,
+          record.fromNumber - 1n,
+          ancestor?.hash ?? null,
+          null,
+          cursor.finalized === null ? null : BigInt(cursor.finalized)
+        )
 
         const occurredAt = new Date(yield* Clock.currentTimeMillis)
         const events: Array<OutboxRow> = []
@@ -549,8 +576,9 @@ export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
       Effect.forEach(chainsStarted, (chain) => update(chain, (s) => ({ ...s, state: "running" })), { discard: true })
 
     return {
-      /** The payment threshold in use (`CONFIRMATIONS_REQUIRED`). */
+      /** The contract's threshold (`CONFIRMATIONS_REQUIRED`); each chain's default is `confirmationsRequiredOf`. */
       confirmationsRequired: required,
+      confirmationsRequiredOf: (chain: ChainName): number => chainRequired[chain],
       apply,
       applyAll,
       record,
