@@ -27,12 +27,45 @@ const tokenFields = {
   )
 }
 
+/**
+ * The widest range any chain allows; the chain's own maximum (`maxConfirmations`) is checked
+ * on creation, where the chain is known.
+ */
+const ConfirmationsRequiredInput = Schema.Int.pipe(Schema.between(1, 1000)).annotations({
+  description: "Confirmations that make this payment PAID: 1 up to the chain's maximum (bitcoin 144, the EVM chains 1000). " +
+    "Default: the chain's configured threshold (`CONFIRMATIONS_REQUIRED_<CHAIN>`, else `CONFIRMATIONS_REQUIRED`, 2). " +
+    "Fixed at creation: a later change of the configuration does not move it."
+})
+
+const waitForFinalityDescription =
+  "EVM chains only: PAID also needs the node's `finalized` block at or past the paying transfer's block, besides " +
+  "the confirmations. On a node that does not report finality the payment waits. Default false; true on bitcoin is a 400."
+
 export class CreatePaymentIn extends Schema.Class<CreatePaymentIn>("CreatePaymentIn")({
   usd_amount: UsdAmountInput,
   chain: ChainNameInput,
   callback_url: CallbackUrlInput,
-  asset: Schema.optional(Asset.annotations({ description: assetDescription }))
+  asset: Schema.optional(Asset.annotations({ description: assetDescription })),
+  confirmations_required: Schema.optional(ConfirmationsRequiredInput),
+  wait_for_finality: Schema.optional(Schema.Boolean.annotations({ description: waitForFinalityDescription }))
 }) {}
+
+/** What the payment received and how it is confirmed: on a new payment and in every status. */
+const accountingFields = {
+  amount_received_wei: DecimalString.annotations({
+    description: "Sum of the transfers attributed to the payment, in the smallest unit of its asset; \"0\" until one is seen"
+  }),
+  amount_received_native: DecimalString.annotations({ description: "The same sum in whole units of the asset" }),
+  exception: Schema.NullOr(Schema.Literal("underpaid", "overpaid", "paid_late")).annotations({
+    description: "null when nothing or exactly the amount was received. underpaid: less than the amount so far (still " +
+      "PENDING; send the remainder); overpaid: PAID with more than the amount; paid_late: EXPIRED, and a transfer " +
+      "arrived after expiry (no callback is sent for it)"
+  }),
+  confirmations_required: Schema.Int.annotations({ description: "Confirmations that make this payment PAID, fixed at creation" }),
+  wait_for_finality: Schema.Boolean.annotations({
+    description: "Whether PAID also waits for the node's finalized block to reach the paying transfer's block"
+  })
+}
 
 export class CreatePaymentOut extends Schema.Class<CreatePaymentOut>("CreatePaymentOut")({
   payment_id: Schema.UUID,
@@ -45,7 +78,8 @@ export class CreatePaymentOut extends Schema.Class<CreatePaymentOut>("CreatePaym
   amount_native: DecimalString.annotations({ description: "The same amount in whole units of the asset" }),
   usd_amount: DecimalString,
   expires_at: DateTimeString,
-  ...tokenFields
+  ...tokenFields,
+  ...accountingFields
 }) {}
 
 export class PaymentStatus extends Schema.Class<PaymentStatus>("PaymentStatus")({
@@ -57,7 +91,8 @@ export class PaymentStatus extends Schema.Class<PaymentStatus>("PaymentStatus")(
   usd_amount: DecimalString,
   tx_hash: Schema.NullOr(Schema.String),
   confirmations: Schema.Int,
-  ...tokenFields
+  ...tokenFields,
+  ...accountingFields
 }) {}
 
 export class DeliveryAttemptOut extends Schema.Class<DeliveryAttemptOut>("DeliveryAttemptOut")({

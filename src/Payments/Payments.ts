@@ -5,31 +5,48 @@ import { Accounts } from "../Accounts/Accounts.ts"
 import type { CurrentAccount } from "../Accounts/Authentication.ts"
 import { Addresses, isChainName, unsupportedChain } from "../Addresses/Addresses.ts"
 import { ChainClients } from "../Chains/ChainClients.ts"
-import type { ChainName } from "../Domain/Chain.ts"
+import { type ChainName, isEvm } from "../Domain/Chain.ts"
 import { formatSmallest } from "../Domain/Money.ts"
-import { type BadRequest, badRequest, conflict, type Forbidden, notFound, type TooManyRequests } from "../Http/Errors.ts"
+import {
+  type BadRequest,
+  badRequest,
+  conflict,
+  type Forbidden,
+  notFound,
+  type TooManyRequests,
+  validationError
+} from "../Http/Errors.ts"
+import { ChainConfirmationsRequired, maxConfirmations } from "../Matcher/Confirmations.ts"
 import { isUuid } from "../Http/Ids.ts"
 import { effectiveStatus, Lifetimes } from "../Watches/Lifetimes.ts"
 import { native, type WatchAsset, Watches } from "../Watches/Watches.ts"
-import { type Asset, assetDecimals } from "../Domain/Asset.ts"
+import { Asset, assetDecimals } from "../Domain/Asset.ts"
 import { isToken } from "../Chains/Tokens.ts"
 import { checkCallbackUrl } from "../Webhooks/CallbackUrl.ts"
 import { type Delivery, DeliveryLog } from "../Webhooks/DeliveryLog.ts"
 import { eventId } from "../Webhooks/Payloads.ts"
 import { CreatePaymentOut, DeliveryAttemptOut, DeliveryOut, PaymentStatus } from "./Api.ts"
 
-interface PaymentRow {
-  readonly id: string
-  readonly status: "PENDING" | "PAID" | "EXPIRED"
-  readonly chain: string
-  readonly address: string
-  readonly asset: Asset
-  readonly token_contract: string | null
-  readonly amount_smallest: string
-  readonly usd_amount: string
-  readonly tx_hash: string | null
-  readonly confirmations: number
-}
+const PaymentRow = Schema.Struct({
+  id: Schema.String,
+  status: Schema.Literal("PENDING", "PAID", "EXPIRED"),
+  chain: Schema.String,
+  address: Schema.String,
+  asset: Asset,
+  token_contract: Schema.NullOr(Schema.String),
+  amount_smallest: Schema.BigInt,
+  usd_amount: Schema.String,
+  tx_hash: Schema.NullOr(Schema.String),
+  confirmations: Schema.Int,
+  amount_received: Schema.BigInt,
+  exception: Schema.NullOr(Schema.Literal("underpaid", "overpaid", "paid_late")),
+  /** Null on rows written before payments had their own threshold: the chain's default applies. */
+  confirmations_required: Schema.NullOr(Schema.Int),
+  wait_for_finality: Schema.Boolean,
+  expires_at: Schema.DateFromSelf
+})
+type PaymentRow = typeof PaymentRow.Type
+const decodeRows = Schema.decodeUnknown(Schema.Array(PaymentRow))
 
 /**
  * The payment statement's one row: the address picked (none: no address on the chain) and the
@@ -44,19 +61,9 @@ const decodeCreated = Schema.decodeUnknown(Schema.Array(Schema.Struct({
 export const tokenFieldsOf = (asset: Asset, tokenContract: string | null) =>
   asset === "native" || tokenContract === null ? {} : { asset, token_contract: tokenContract }
 
-const toStatus = (row: PaymentRow): PaymentStatus => new PaymentStatus({
-  payment_id: row.id,
-  status: row.status,
-  chain: row.chain,
-  address: row.address,
-  amount_native: isChainName(row.chain)
-    ? formatSmallest(BigInt(row.amount_smallest), assetDecimals(row.chain, row.asset))
-    : row.amount_smallest,
-  usd_amount: row.usd_amount,
-  tx_hash: row.tx_hash,
-  confirmations: row.confirmations,
-  ...tokenFieldsOf(row.asset, row.token_contract)
-})
+/** An amount of the payment's asset in whole units (as smallest units on an unknown chain). */
+const nativeOf = (row: PaymentRow, amount: bigint) =>
+  isChainName(row.chain) ? formatSmallest(amount, assetDecimals(row.chain, row.asset)) : amount.toString()
 
 const toDeliveryOut = (delivery: Delivery): DeliveryOut => new DeliveryOut({
   webhook_id: delivery.id,
@@ -88,6 +95,10 @@ export interface PayerPayment {
   readonly txHash: string | null
   readonly confirmations: number
   readonly expiresAt: Date
+  /** Sum of the transfers attributed to the payment so far, in smallest units. */
+  readonly amountReceived: bigint
+  readonly exception: "underpaid" | "overpaid" | "paid_late" | null
+  readonly confirmationsRequired: number
 }
 
 export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
@@ -99,6 +110,55 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
     const chainClients = yield* ChainClients
     const lifetimes = yield* Lifetimes
     const deliveryLog = yield* DeliveryLog
+    const defaultRequired = yield* ChainConfirmationsRequired
+
+    /** A threshold stored before payments had their own is the chain's current default. */
+    const requiredOf = (row: PaymentRow) =>
+      row.confirmations_required ?? (isChainName(row.chain) ? defaultRequired[row.chain] : 1)
+
+    const toStatus = (row: PaymentRow): PaymentStatus => new PaymentStatus({
+      payment_id: row.id,
+      status: row.status,
+      chain: row.chain,
+      address: row.address,
+      amount_native: nativeOf(row, row.amount_smallest),
+      usd_amount: row.usd_amount,
+      tx_hash: row.tx_hash,
+      confirmations: row.confirmations,
+      ...tokenFieldsOf(row.asset, row.token_contract),
+      amount_received_wei: row.amount_received.toString(),
+      amount_received_native: nativeOf(row, row.amount_received),
+      exception: row.exception,
+      confirmations_required: requiredOf(row),
+      wait_for_finality: row.wait_for_finality
+    })
+
+    /**
+     * The payment's confirmation policy: the request's threshold, else the chain's default,
+     * stored with the payment so that a later configuration change does not move it.
+     */
+    const policyOf = (chain: ChainName, input: {
+      readonly confirmations_required?: number | undefined
+      readonly wait_for_finality?: boolean | undefined
+    }) => {
+      const required = input.confirmations_required ?? defaultRequired[chain]
+      if (required > maxConfirmations[chain]) {
+        return Effect.fail(validationError([{
+          loc: ["body", "confirmations_required"],
+          msg: `must be at most ${maxConfirmations[chain]} on ${chain}`,
+          type: "less_than_equal"
+        }]))
+      }
+      // Bitcoin has no finalized block, only ever more work on top: like a token on bitcoin,
+      // a well-formed request the chain cannot serve, hence 400 rather than 422.
+      if (input.wait_for_finality === true && !isEvm(chain)) {
+        return Effect.fail(badRequest(
+          `wait_for_finality is not available on ${chain}: its blocks never become final, only deeper`,
+          "Omit wait_for_finality and raise confirmations_required instead"
+        ))
+      }
+      return Effect.succeed({ required, waitForFinality: input.wait_for_finality ?? false })
+    }
 
     /** The asset asked for on `chain`, or why it cannot be paid there. */
     const resolveAsset = (chain: ChainName, asset: Asset) => {
@@ -117,6 +177,8 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
       readonly chain: string
       readonly callback_url: string
       readonly asset?: Asset | undefined
+      readonly confirmations_required?: number | undefined
+      readonly wait_for_finality?: boolean | undefined
     }) =>
       Effect.gen(function*() {
         if (!isChainName(input.chain)) return yield* unsupportedChain(input.chain)
@@ -127,6 +189,7 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
         const asset = input.asset ?? "native"
         const watchAsset = yield* resolveAsset(chain, asset)
         const tokenContract = watchAsset._tag === "token" ? watchAsset.token.contract : null
+        const policy = yield* policyOf(chain, input)
         yield* checkCallbackUrl(input.callback_url).pipe(Effect.mapError((e) => badRequest(e.message)))
         // 403/429 before the quote, so that a refused account never waits for or hears of prices.
         yield* accounts.requireUsable(account.subscription)
@@ -151,10 +214,10 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
                 watch AS MATERIALIZED (SELECT address, ${opening.openOn(sql`allocated.address`)} AS amount FROM allocated),
                 payment AS (
                   INSERT INTO payments (id, account_id, chain, address, asset, token_contract, amount_smallest, usd_amount,
-                                        callback_url, status, start_block, expires_at)
+                                        callback_url, status, start_block, expires_at, confirmations_required, wait_for_finality)
                   SELECT ${opening.id}::uuid, ${accountId}::uuid, ${chain}, watch.address, ${asset}, ${tokenContract}, watch.amount,
                          ${opening.usdText}::numeric, ${input.callback_url}, 'PENDING', ${String(opening.startBlock)}::bigint,
-                         ${opening.expiresAt}::timestamptz
+                         ${opening.expiresAt}::timestamptz, ${policy.required}::integer, ${policy.waitForFinality}
                   FROM watch
                 )
                 SELECT picked.address, (SELECT amount::text FROM watch) AS amount
@@ -176,17 +239,23 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
           amount_native: opened.amountText,
           usd_amount: opened.usdText,
           expires_at: opened.expiresAtText,
-          ...tokenFieldsOf(asset, tokenContract)
+          ...tokenFieldsOf(asset, tokenContract),
+          amount_received_wei: "0",
+          amount_received_native: "0",
+          exception: null,
+          confirmations_required: policy.required,
+          wait_for_finality: policy.waitForFinality
         })
       })
 
-    const columns = `SELECT id, ${effectiveStatus} AS status, chain, address, asset, token_contract,
-              amount_smallest::text AS amount_smallest, usd_amount::text AS usd_amount, tx_hash, confirmations`
-    const select = sql.literal(`${columns} FROM payments`)
-    const selectForPayer = sql.literal(`${columns}, expires_at FROM payments`)
+    const select = sql.literal(`SELECT id, ${effectiveStatus} AS status, chain, address, asset, token_contract,
+              amount_smallest::text AS amount_smallest, usd_amount::text AS usd_amount, tx_hash, confirmations,
+              amount_received::text AS amount_received, exception, confirmations_required, wait_for_finality, expires_at
+              FROM payments`)
 
     const list = (accountId: string) =>
-      sql<PaymentRow>`${select} WHERE account_id = ${accountId} ORDER BY created_at DESC, id`.pipe(
+      sql`${select} WHERE account_id = ${accountId} ORDER BY created_at DESC, id`.pipe(
+        Effect.flatMap(decodeRows),
         Effect.orDie,
         Effect.map((rows) => rows.map(toStatus))
       )
@@ -195,7 +264,8 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
       Effect.gen(function*() {
         const missing = notFound(`Payment '${paymentId.slice(0, 64)}' not found`)
         if (!isUuid(paymentId)) return yield* missing
-        const rows = yield* sql<PaymentRow>`${select} WHERE account_id = ${accountId} AND id = ${paymentId}`.pipe(
+        const rows = yield* sql`${select} WHERE account_id = ${accountId} AND id = ${paymentId}`.pipe(
+          Effect.flatMap(decodeRows),
           Effect.orDie
         )
         return rows[0] ? toStatus(rows[0]) : yield* missing
@@ -225,9 +295,7 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
     const forPayer = (paymentId: string) =>
       Effect.gen(function*() {
         if (!isUuid(paymentId)) return Option.none<PayerPayment>()
-        const rows = yield* sql<PaymentRow & { readonly expires_at: Date }>`${selectForPayer} WHERE id = ${paymentId}`.pipe(
-          Effect.orDie
-        )
+        const rows = yield* sql`${select} WHERE id = ${paymentId}`.pipe(Effect.flatMap(decodeRows), Effect.orDie)
         return Option.flatMap(Option.fromNullable(rows[0]), (row) =>
           isChainName(row.chain)
             ? Option.some<PayerPayment>({
@@ -237,11 +305,14 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
               address: row.address,
               asset: row.asset,
               tokenContract: row.token_contract,
-              amountSmallest: BigInt(row.amount_smallest),
+              amountSmallest: row.amount_smallest,
               usdAmount: row.usd_amount,
               txHash: row.tx_hash,
               confirmations: row.confirmations,
-              expiresAt: row.expires_at
+              expiresAt: row.expires_at,
+              amountReceived: row.amount_received,
+              exception: row.exception,
+              confirmationsRequired: requiredOf(row)
             })
             : Option.none())
       })

@@ -18,6 +18,12 @@ const expectedSmallest = (usdCents: bigint, priceMilli: bigint, decimals: number
   return (numerator + denominator - 1n) / denominator
 }
 
+/** `amount` rounded up onto `step`. */
+const onStep = (amount: bigint, step: bigint) => ((amount + step - 1n) / step) * step
+/** The amount steps at the local price server's prices and AMOUNT_STEP_USD 0.01: 0.000001 ETH, 0.0000001 BTC. */
+const ETH_STEP = 10n ** 12n
+const BTC_STEP = 10n
+
 /** A client of the app's own database, for setting up what the API cannot (closed once the test ends). */
 const databaseOf = (app: TestApp) =>
   PgClient.make({ url: Redacted.make(app.databaseUrl), maxConnections: 2 }).pipe(Effect.provide(Reactivity.layer), Effect.orDie)
@@ -56,8 +62,9 @@ layer(App.layer({ CALLBACK_ALLOW_PRIVATE_NETWORKS: "false", PRICE_CACHE_SECONDS:
       expect(body.chain).toBe("ethereum")
       expect(body.address).toBe(ETH_A)
       expect(body.usd_amount).toBe("30")
-      // The local price server quotes ETH at 3000.5 USD.
-      expect(BigInt(body.amount_wei)).toBe(expectedSmallest(3000n, 3000500n, 18))
+      // The local price server quotes ETH at 3000.5 USD; rounded up to 6 decimals.
+      expect(BigInt(body.amount_wei)).toBe(onStep(expectedSmallest(3000n, 3000500n, 18), ETH_STEP))
+      expect(body.amount_native).toBe("0.009999")
       const [whole, fraction = ""] = body.amount_native.split(".")
       expect(BigInt(whole + fraction.padEnd(18, "0"))).toBe(BigInt(body.amount_wei))
       const lifetime = Date.parse(body.expires_at) - before
@@ -74,8 +81,88 @@ layer(App.layer({ CALLBACK_ALLOW_PRIVATE_NETWORKS: "false", PRICE_CACHE_SECONDS:
         amount_native: body.amount_native,
         usd_amount: "30",
         tx_hash: null,
-        confirmations: 0
+        confirmations: 0,
+        amount_received_wei: "0",
+        amount_received_native: "0",
+        exception: null,
+        confirmations_required: 2,
+        wait_for_finality: false
       })
+    }))
+
+  it.effect("keeps each payment's confirmation policy and shows what it received on create, get and list", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const key = yield* merchantWith([ETH_A])
+      const create = (json: Record<string, unknown>) =>
+        app.request("POST", "/payments", { key, json: { usd_amount: "4", chain: "ethereum", callback_url: hook, ...json } })
+      const strict = yield* create({ confirmations_required: 12, wait_for_finality: true })
+      expect(strict.status).toBe(200)
+      const plain = yield* create({})
+      const fastest = yield* create({ confirmations_required: 1, wait_for_finality: false })
+      const policy = (body: Record<string, unknown>) => ({
+        amount_received_wei: body.amount_received_wei,
+        amount_received_native: body.amount_received_native,
+        exception: body.exception,
+        confirmations_required: body.confirmations_required,
+        wait_for_finality: body.wait_for_finality
+      })
+      const nothingYet = { amount_received_wei: "0", amount_received_native: "0", exception: null }
+      const expected = [
+        { ...nothingYet, confirmations_required: 12, wait_for_finality: true },
+        { ...nothingYet, confirmations_required: 2, wait_for_finality: false },
+        { ...nothingYet, confirmations_required: 1, wait_for_finality: false }
+      ]
+      expect([strict, plain, fastest].map((r) => policy(r.body))).toEqual(expected)
+      const got = []
+      for (const created of [strict, plain, fastest]) {
+        got.push(policy((yield* app.request("GET", `/payments/${created.body.payment_id}`, { key })).body))
+      }
+      expect(got).toEqual(expected)
+      const list = (yield* app.request("GET", "/payments", { key })).body
+      expect(list.map(policy)).toEqual([...expected].reverse())
+
+      // The largest threshold a chain allows is accepted: bitcoin's 144 blocks are about a day.
+      const btcKey = yield* merchantWith(["rb1qqyqszqgpqyqszqgpqyqszqgpqyqszqgpefl3jh"], "bitcoin")
+      const day = yield* app.request("POST", "/payments", {
+        key: btcKey,
+        json: { usd_amount: "4", chain: "bitcoin", callback_url: hook, confirmations_required: 144, wait_for_finality: false }
+      })
+      expect([day.status, day.body.confirmations_required, day.body.wait_for_finality]).toEqual([200, 144, false])
+    }))
+
+  it.effect("refuses a bad confirmation policy in the error envelope and creates nothing", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const key = yield* merchantWith([ETH_A])
+      const btcKey = yield* merchantWith(["rb1qqyqszqgpqyqszqgpqyqszqgpqyqszqgpefl3jh"], "bitcoin")
+      const create = (k: string, chain: string, policy: Record<string, unknown>) =>
+        app.request("POST", "/payments", { key: k, json: { usd_amount: "4", chain, callback_url: hook, ...policy } })
+      for (const value of [0, -1, 1001, "3", 2.5, null, true]) {
+        const r = yield* create(key, "ethereum", { confirmations_required: value })
+        expect([r.status, r.body.error.code], JSON.stringify(value)).toEqual([422, "validation_error"])
+        expect(JSON.parse(r.body.error.hint)[0].loc).toEqual(["body", "confirmations_required"])
+      }
+      // Above the chain's own maximum: bitcoin allows 144.
+      const overBitcoin = yield* create(btcKey, "bitcoin", { confirmations_required: 145 })
+      expect([overBitcoin.status, overBitcoin.body.error.code]).toEqual([422, "validation_error"])
+      expect(JSON.parse(overBitcoin.body.error.hint)).toEqual([
+        { loc: ["body", "confirmations_required"], msg: "must be at most 144 on bitcoin", type: "less_than_equal" }
+      ])
+      for (const value of ["yes", 1, null]) {
+        const r = yield* create(key, "ethereum", { wait_for_finality: value })
+        expect([r.status, r.body.error.code], JSON.stringify(value)).toEqual([422, "validation_error"])
+        expect(JSON.parse(r.body.error.hint)[0].loc).toEqual(["body", "wait_for_finality"])
+      }
+      // Bitcoin has no finalized block: a well-formed request this chain cannot serve.
+      const onBitcoin = yield* create(btcKey, "bitcoin", { wait_for_finality: true })
+      expect([onBitcoin.status, onBitcoin.body.error.code]).toEqual([400, "bad_request"])
+      expect(onBitcoin.body.error.message).toContain("wait_for_finality")
+
+      for (const k of [key, btcKey]) {
+        expect((yield* app.request("GET", "/payments", { key: k })).body).toEqual([])
+        expect((yield* app.request("GET", "/account", { key: k })).body.events_used).toBe(0)
+      }
     }))
 
   it.effect("accepts a JSON number and converts bitcoin to satoshis", () =>
@@ -87,8 +174,8 @@ layer(App.layer({ CALLBACK_ALLOW_PRIVATE_NETWORKS: "false", PRICE_CACHE_SECONDS:
         json: { usd_amount: 12.34, chain: "bitcoin", callback_url: hook }
       })
       expect(created.status).toBe(200)
-      // BTC at 65000.12 USD.
-      expect(BigInt(created.body.amount_wei)).toBe(expectedSmallest(1234n, 65000120n, 8))
+      // BTC at 65000.12 USD, rounded up to 7 decimals.
+      expect(BigInt(created.body.amount_wei)).toBe(onStep(expectedSmallest(1234n, 65000120n, 8), BTC_STEP))
       expect(created.body.usd_amount).toBe("12.34")
     }))
 
@@ -135,9 +222,9 @@ layer(App.layer({ CALLBACK_ALLOW_PRIVATE_NETWORKS: "false", PRICE_CACHE_SECONDS:
       )
       expect(created.every((r) => r.status === 200)).toBe(true)
       const amounts = created.map((r) => BigInt(r.body.amount_wei)).sort((a, b) => (a < b ? -1 : 1))
-      const base = expectedSmallest(777n, 3000500n, 18)
-      // Each collision raises the amount by exactly one wei: 25 consecutive amounts.
-      expect(amounts).toEqual(Array.from({ length: 25 }, (_, i) => base + BigInt(i)))
+      const base = onStep(expectedSmallest(777n, 3000500n, 18), ETH_STEP)
+      // Each collision raises the amount by exactly one step: 25 consecutive amounts on the step.
+      expect(amounts).toEqual(Array.from({ length: 25 }, (_, i) => base + BigInt(i) * ETH_STEP))
     }))
 
   it.effect("rejects bad requests with the right status and changes nothing", () =>
@@ -257,8 +344,8 @@ layer(App.layer({ CALLBACK_ALLOW_PRIVATE_NETWORKS: "false", PRICE_CACHE_SECONDS:
       )
       expect(created.map((r) => r.status)).toEqual(Array.from({ length: 30 }, () => 200))
       const amounts = created.map((r) => BigInt(r.body.amount_wei)).sort((a, b) => (a < b ? -1 : 1))
-      const base = expectedSmallest(333n, 3000500n, 18)
-      expect(amounts).toEqual(Array.from({ length: 30 }, (_, i) => base + BigInt(i)))
+      const base = onStep(expectedSmallest(333n, 3000500n, 18), ETH_STEP)
+      expect(amounts).toEqual(Array.from({ length: 30 }, (_, i) => base + BigInt(i) * ETH_STEP))
     }))
 })
 
