@@ -176,6 +176,14 @@ export class ChainClients extends Effect.Service<ChainClients>()("confirmd/Chain
             ? Effect.flatMap(bitcoin, (client) => client.tipHeight)
             : Effect.flatMap(evm(chain), (client) => client.head)
         ),
+      /**
+       * Height of the node's finalized block: none on bitcoin (finality there is only ever more
+       * work on top) and on a node that does not report the `finalized` tag.
+       */
+      finalized: (chain: ChainName): Effect.Effect<Option.Option<bigint>, ChainUnavailable> =>
+        chain === "bitcoin"
+          ? Effect.succeed(Option.none())
+          : withHost(chain, Effect.flatMap(evm(chain), (client) => client.finalized)),
       /** Hash of the best-chain block at `height`. */
       blockHash: (chain: ChainName, height: bigint): Effect.Effect<string, ChainUnavailable> =>
         withHost(

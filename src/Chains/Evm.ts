@@ -1,5 +1,5 @@
 /** EVM chains through viem public clients. */
-import { Duration, Effect } from "effect"
+import { Duration, Effect, Option, Schema } from "effect"
 import { BaseError, type Chain, createPublicClient, HttpRequestError, type PublicClient, RpcError, type Transport } from "viem"
 import { arbitrum, avalanche, base, bsc, linea, mainnet, optimism, polygon, zksync } from "viem/chains"
 import type { ChainName } from "../Domain/Chain.ts"
@@ -28,6 +28,11 @@ export interface EvmClient {
   /** The viem client, for calls this module does not wrap. */
   readonly client: EvmPublicClient
   readonly head: Effect.Effect<bigint, ChainUnavailable>
+  /**
+   * The height of the node's `finalized` block; none when the node does not know the tag
+   * (it refuses it, or answers null).
+   */
+  readonly finalized: Effect.Effect<Option.Option<bigint>, ChainUnavailable>
   readonly blockHash: (height: bigint) => Effect.Effect<string, ChainUnavailable>
   /** The block at `height` with the transfers it settled (src/Chains/EvmBlocks.ts). */
   readonly block: (height: bigint) => Effect.Effect<ChainBlock, ChainUnavailable>
@@ -94,6 +99,18 @@ export const makeEvmClient = (
     batchedRequest: requestVia(client)
   })
 
+  // Only the height is read: a full block header is decoded for it, and nothing else kept.
+  const decodeFinalized = Schema.decodeUnknown(Schema.NullOr(Schema.Struct({ number: Schema.String })))
+  const finalized = requestVia(client)("eth_getBlockByNumber", ["finalized", false]).pipe(
+    Effect.flatMap((answer) =>
+      decodeFinalized(answer).pipe(
+        Effect.mapError((error) => new ChainUnavailable({ chain, message: `eth_getBlockByNumber finalized: unusable answer: ${error.message}` }))
+      )
+    ),
+    Effect.map((block) => Option.map(Option.fromNullable(block), (b) => BigInt(b.number))),
+    Effect.catchTag("NodeRefused", () => Effect.succeed(Option.none<bigint>()))
+  )
+
   const fetchBlock = <const T extends boolean>(height: bigint, includeTransactions: T) =>
     call(`getBlock ${height}`, () => client.getBlock({ blockNumber: height, includeTransactions }))
 
@@ -102,6 +119,7 @@ export const makeEvmClient = (
     client,
     // cacheTime 0: viem otherwise serves the block number from a cache for a polling interval.
     head: call("getBlockNumber", () => client.getBlockNumber({ cacheTime: 0 })),
+    finalized,
     blockHash: (height) => Effect.map(fetchBlock(height, false), (block) => block.hash),
     block: reader.block,
     reading: reader.reading

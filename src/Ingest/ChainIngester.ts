@@ -7,6 +7,12 @@
  * run when catching up. Delivery is at-least-once: a crash between the publish and the
  * cursor write publishes that run again, and consumers are idempotent.
  *
+ * Finality (EVM chains): each poll that finds new blocks also asks the node for its
+ * `finalized` block, beside fetching the blocks (one call per poll, however many blocks), and
+ * every block record published from that poll carries the height. A node that does not
+ * report the tag is logged once and its records carry none: payments that wait for finality
+ * on that chain then wait. A failed ask leaves that poll's records without it.
+ *
  * Reorgs: each block's parentHash is checked against the cursor. On a mismatch the ingester
  * walks back over its kept headers (`REORG_DEPTH`), comparing each with the node's hash at
  * that height, to the common ancestor; it publishes one `reorg` record, forgets the
@@ -41,7 +47,22 @@
  *   notifications wake the ingester the same way (HashBlocks.ts).
  */
 import { NodeSocket } from "@effect/platform-node"
-import { Array as Arr, Chunk, Clock, Config, ConfigError, Duration, Effect, Either, Layer, Option, Sink, Stream } from "effect"
+import {
+  Array as Arr,
+  Chunk,
+  Clock,
+  Config,
+  ConfigError,
+  Duration,
+  Effect,
+  Either,
+  Fiber,
+  Layer,
+  Option,
+  Ref,
+  Sink,
+  Stream
+} from "effect"
 import { type ChainBlock, chainIdConfig, ChainClients } from "../Chains/ChainClients.ts"
 import { type ChainName, chains } from "../Domain/Chain.ts"
 import { EventLog } from "../EventLog/EventLog.ts"
@@ -177,6 +198,22 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
         : subscribeNewHeads({ chain, url: source.url, chainId: source.chainId, openTimeout: Duration.seconds(10), onState })
     })
 
+    const finalityLogged = yield* Ref.make(false)
+    /** The node's finalized height now; none when it has none to tell (see the header). */
+    const finalizedNow: Effect.Effect<Option.Option<bigint>> = chain === "bitcoin"
+      ? Effect.succeed(Option.none())
+      : clients.finalized(chain).pipe(
+        Effect.tap((finalized) =>
+          Option.isSome(finalized) ? Effect.void : Effect.whenEffect(
+            Effect.logWarning("the node reports no finalized block; payments waiting for finality on this chain will wait"),
+            Effect.map(Ref.getAndSet(finalityLogged, true), (logged) => !logged)
+          )
+        ),
+        Effect.catchAll((error) =>
+          Effect.as(Effect.logDebug("finalized block not read this poll").pipe(Effect.annotateLogs({ error: error.message })), Option.none())
+        )
+      )
+
     /**
      * Until the next block: the next announced head, or the poll wait (`pollDelayMillis`).
      * Polling is slow only while the subscription is live and the HTTP node has what it
@@ -267,7 +304,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
        * Publishes the blocks of `run` that extend the cursor, in one publish and one cursor
        * write; a block that does not extend it is a reorg: handled, and says stop.
        */
-      const accept = (run: ReadonlyArray<ChainBlock>, nodeHead: bigint) =>
+      const accept = (run: ReadonlyArray<ChainBlock>, nodeHead: bigint, finalized: Option.Option<bigint>) =>
         Effect.gen(function*() {
           const extending = run.slice(0, linkedLength(tip?.hash ?? null, run))
           if (Arr.isNonEmptyReadonlyArray(extending)) {
@@ -276,7 +313,15 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
             const published = Arr.lastNonEmpty(refs)
             // A run under way is finished on shutdown or when the chain's lock goes.
             yield* Effect.uninterruptible(Effect.zipRight(
-              eventLog.publish(outgoing(eventLog, extending.flatMap((block) => blockRecords(block)))),
+              eventLog.publish(outgoing(
+                eventLog,
+                extending.flatMap((block) =>
+                  Option.match(finalized, {
+                    onNone: () => blockRecords(block),
+                    onSome: (height) => blockRecords(block).map((record) => ({ ...record, finalized: height }))
+                  })
+                )
+              )),
               cursors.advance(chain, refs, settings.reorgDepth)
             ))
             tip = published
@@ -326,12 +371,15 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
         behindLogged = false
         const last = head < next + batch - 1n ? head : next + batch - 1n
         const heights = Array.from({ length: Number(last - next + 1n) }, (_, i) => next + BigInt(i))
+        // Asked beside the blocks, so following the chain live waits for no extra round trip.
+        const finalized = yield* Effect.fork(finalizedNow)
         // mapEffect keeps the order of heights while fetching several at once; the blocks
         // fetched while a run is being published make up the next run.
         yield* Stream.fromIterable(heights).pipe(
           Stream.mapEffect((height) => clients.block(chain, height), { concurrency: settings.concurrency }),
           Stream.aggregate(runOfBlocks),
-          Stream.runForEachWhile((run) => accept(Chunk.toReadonlyArray(run), head))
+          Stream.runForEachWhile((run) =>
+            Effect.flatMap(Fiber.join(finalized), (height) => accept(Chunk.toReadonlyArray(run), head, height)))
         )
       }
     })
