@@ -5,17 +5,27 @@
  */
 import { Effect, Option } from "effect"
 import { Challenges } from "../Challenges/Challenges.ts"
-import { ConfirmationsRequired } from "../Matcher/Confirmations.ts"
 import { Payments } from "../Payments/Payments.ts"
 import { coinOf, type PaymentTarget } from "./WalletUri.ts"
 
-/** waiting: nothing seen yet; seen: the transfer is in a block, not yet confirmed enough. */
-export type CheckoutState = "waiting" | "seen" | "paid" | "expired"
+/**
+ * waiting: nothing seen yet; underpaid: less than the amount arrived, the remainder is due;
+ * seen: the paying transfer is in a block, not yet confirmed enough.
+ */
+export type CheckoutState = "waiting" | "underpaid" | "seen" | "paid" | "expired"
 
+/**
+ * `amountSmallest` (the wallet URI's amount) is what the payer has to send now: the whole
+ * amount, or the remainder once part of it arrived.
+ */
 export interface CheckoutView extends PaymentTarget {
   readonly kind: "payment" | "challenge"
   readonly id: string
   readonly state: CheckoutState
+  /** The whole amount asked for, in smallest units. */
+  readonly totalSmallest: bigint
+  /** What arrived so far, in smallest units. */
+  readonly receivedSmallest: bigint
   readonly usdAmount: string
   readonly txHash: string | null
   readonly confirmations: number
@@ -27,23 +37,37 @@ export class Checkout extends Effect.Service<Checkout>()("confirmd/Checkout", {
   effect: Effect.gen(function*() {
     const payments = yield* Payments
     const challenges = yield* Challenges
-    const required = yield* ConfirmationsRequired
 
     const payment = (id: string) =>
-      Effect.map(payments.forPayer(id), Option.map((p): CheckoutView => ({
-        kind: "payment",
-        id: p.id,
-        state: p.status === "PAID" ? "paid" : p.status === "EXPIRED" ? "expired" : p.txHash === null ? "waiting" : "seen",
-        chain: p.chain,
-        coin: coinOf(p.chain, p.asset, p.tokenContract),
-        address: p.address,
-        amountSmallest: p.amountSmallest,
-        usdAmount: p.usdAmount,
-        txHash: p.txHash,
-        confirmations: p.confirmations,
-        confirmationsRequired: required,
-        expiresAt: p.expiresAt
-      })))
+      Effect.map(payments.forPayer(id), Option.map((p): CheckoutView => {
+        const state: CheckoutState = p.status === "PAID"
+          ? "paid"
+          : p.status === "EXPIRED"
+          ? "expired"
+          : p.txHash !== null
+          ? "seen"
+          : p.exception === "underpaid" && p.amountReceived < p.amountSmallest
+          ? "underpaid"
+          : "waiting"
+        return {
+          kind: "payment",
+          id: p.id,
+          state,
+          chain: p.chain,
+          coin: coinOf(p.chain, p.asset, p.tokenContract),
+          address: p.address,
+          // Only an underpaid payment asks for less than its amount: once the paying transfer
+          // is seen, or the payment is over, the page shows the amount it was for.
+          amountSmallest: state === "underpaid" ? p.amountSmallest - p.amountReceived : p.amountSmallest,
+          totalSmallest: p.amountSmallest,
+          receivedSmallest: p.amountReceived,
+          usdAmount: p.usdAmount,
+          txHash: p.txHash,
+          confirmations: p.confirmations,
+          confirmationsRequired: p.confirmationsRequired,
+          expiresAt: p.expiresAt
+        }
+      }))
 
     // A challenge is confirmed by its first block; there is no "seen" phase to show.
     const challenge = (id: string) =>
@@ -55,6 +79,8 @@ export class Checkout extends Effect.Service<Checkout>()("confirmd/Checkout", {
         coin: coinOf(c.chain, "native", null),
         address: c.address,
         amountSmallest: c.amountSmallest,
+        totalSmallest: c.amountSmallest,
+        receivedSmallest: c.status === "CONFIRMED" ? c.amountSmallest : 0n,
         usdAmount: c.usdAmount,
         txHash: c.txHash,
         confirmations: c.status === "CONFIRMED" ? 1 : 0,
@@ -71,6 +97,9 @@ export const liveState = (view: CheckoutView) => ({
   state: view.state,
   confirmations: view.confirmations,
   confirmations_required: view.confirmationsRequired,
+  // Smallest units as text: the page reloads when the remainder moved, for its new QR code.
+  amount_received: view.receivedSmallest.toString(),
+  remainder: view.amountSmallest.toString(),
   tx_hash: view.txHash,
   expires_at: view.expiresAt.toISOString()
 })

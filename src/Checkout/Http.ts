@@ -39,8 +39,13 @@ export const CheckoutRoutesLive = HttpApiBuilder.Router.use((router) =>
         Effect.flatMap(view, Option.match({
           onNone: () => Effect.succeed(noSuch(kind)),
           onSome: (found) => {
+            const statePath = `${prefix}/${found.id}/state`
+            // A paid or expired payment asks for nothing: no QR code that would invite a second payment.
+            if (found.state === "paid" || found.state === "expired") {
+              return Effect.succeed(html(checkoutPage(found, null, statePath), 200))
+            }
             const uri = walletUri(found)
-            return Effect.map(qrSvg(uri), (svg) => html(checkoutPage(found, uri, svg, `${prefix}/${found.id}/state`), 200))
+            return Effect.map(qrSvg(uri), (svg) => html(checkoutPage(found, { uri, qrSvg: svg }, statePath), 200))
           }
         }))
       )

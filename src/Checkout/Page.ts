@@ -3,8 +3,10 @@
  * code as inline SVG rendered on the server by `qrcode`), readable at phone width. Without
  * JavaScript everything static works (amount, address, QR, wallet link, expiry time) and the
  * page reloads itself every 20 s; with it, the state and the countdown update in place and
- * the copy buttons appear. A template engine would add a dependency for a handful of
- * interpolations; every one of them goes through `escape`.
+ * the copy buttons appear. An underpaid payment asks for its exact remainder (amount, QR
+ * code, wallet link); a paid or expired one asks for nothing: no QR code, no wallet link, no
+ * copy buttons. A template engine would add a dependency for a handful of interpolations;
+ * every one of them goes through `escape`.
  */
 import { createHash } from "node:crypto"
 import { chains } from "../Domain/Chain.ts"
@@ -16,10 +18,14 @@ const escape = (text: string) =>
 
 const chainLabel = (chain: string) => chain === "bnb" ? "BNB Smart Chain" : chain === "zksync" ? "zkSync Era" : chain[0]!.toUpperCase() + chain.slice(1)
 
-const stateText = (view: Pick<CheckoutView, "state" | "confirmations" | "confirmationsRequired">) => {
+const stateText = (
+  view: Pick<CheckoutView, "state" | "confirmations" | "confirmationsRequired" | "receivedSmallest" | "coin">
+) => {
   switch (view.state) {
     case "waiting":
       return "Waiting for your payment"
+    case "underpaid":
+      return `Received ${formatSmallest(view.receivedSmallest, view.coin.decimals)} ${view.coin.symbol}: send the rest`
     case "seen":
       return `Payment seen: ${view.confirmations} of ${view.confirmationsRequired} confirmations`
     case "paid":
@@ -33,10 +39,11 @@ const style = `
 *{box-sizing:border-box}
 body{margin:0;font:16px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;background:#f4f5f7;color:#1b1f24}
 main{max-width:28rem;margin:0 auto;padding:1rem}
-.card{background:#fff;border-radius:12px;padding:1.25rem;box-shadow:0 1px 3px rgba(0,0,0,.12)}
+.card{background:#fff;border-radius:12px;padding:1.25rem;box-shadow:0 1px 3px rgba(0,0,0,.12);container-type:inline-size}
 h1{font-size:1.15rem;margin:0 0 .25rem}
 .sub{color:#57606a;margin:0 0 1rem;font-size:.9rem}
-.amount{font-size:clamp(1.1rem,6vw,1.6rem);font-weight:650;word-break:break-all;margin:0}
+.amount{font:650 1.6rem/1.45 ui-monospace,SFMono-Regular,Menlo,monospace;white-space:nowrap;overflow-x:auto;margin:0}
+.received{color:#57606a;margin:0 0 .25rem;font-size:.9rem}
 .usd{color:#57606a;margin:0 0 1rem}
 .qr{display:block;width:100%;max-width:16rem;margin:0 auto 1rem}
 .qr svg{display:block;width:100%;height:auto}
@@ -49,6 +56,7 @@ button{font:inherit;font-size:.85rem;padding:.35rem .7rem;border:1px solid #d0d7
 a.wallet{display:block;text-align:center;padding:.7rem;border-radius:8px;background:#0b5cad;color:#fff;text-decoration:none;font-weight:600;margin:0 0 1rem}
 .state{padding:.75rem;border-radius:8px;font-weight:600;margin:0 0 .75rem;background:#fff8c5}
 .state[data-state=seen]{background:#ddf4ff}
+.state[data-state=underpaid]{background:#fff1e5}
 .state[data-state=paid]{background:#dafbe1}
 .state[data-state=expired]{background:#ffebe9}
 .expiry{color:#57606a;font-size:.9rem;margin:0}
@@ -62,9 +70,12 @@ document.documentElement.className="js";
 var page=document.getElementById("checkout"),stateEl=document.getElementById("state"),countEl=document.getElementById("countdown"),txEl=document.getElementById("tx");
 var expires=Date.parse(page.getAttribute("data-expires")),statePath=page.getAttribute("data-state-path");
 var labels={waiting:"Waiting for your payment",paid:"Paid. Thank you!",expired:"Expired: do not pay to this address any more"};
-function show(s){stateEl.setAttribute("data-state",s.state);
-stateEl.textContent=s.state==="seen"?"Payment seen: "+s.confirmations+" of "+s.confirmations_required+" confirmations":labels[s.state];
-if(s.tx_hash){txEl.textContent="Transaction "+s.tx_hash;}tick();}
+function settled(){["qr","wallet"].forEach(function(id){var e=document.getElementById(id);if(e)e.remove();});
+document.querySelectorAll("button[data-copy]").forEach(function(b){b.remove();});}
+function show(s){if((s.state==="waiting"||s.state==="underpaid")&&s.remainder!==page.getAttribute("data-remainder")){location.reload();return;}
+stateEl.setAttribute("data-state",s.state);
+if(s.state!=="underpaid")stateEl.textContent=s.state==="seen"?"Payment seen: "+s.confirmations+" of "+s.confirmations_required+" confirmations":labels[s.state];
+if(s.tx_hash){txEl.textContent="Transaction "+s.tx_hash;}if(final())settled();tick();}
 function final(){var s=stateEl.getAttribute("data-state");return s==="paid"||s==="expired";}
 function tick(){var left=Math.max(0,Math.floor((expires-Date.now())/1000));
 if(final()&&stateEl.getAttribute("data-state")==="paid"){countEl.textContent="";return;}
@@ -97,30 +108,62 @@ ${live ? `<noscript><meta http-equiv="refresh" content="20"></noscript>` : ""}
 <body><main>${body}<footer>Confirmed on-chain by confirmd. Nothing to sign on this page.</footer></main>
 ${live ? `<script>${script}</script>` : ""}</body></html>`
 
-const copyable = (id: string, label: string, value: string) => `
+const copyable = (id: string, label: string, value: string, button: boolean) => `
 <div class="field"><span class="label" id="${id}-label">${label}</span>
-<div class="value"><code id="${id}" aria-labelledby="${id}-label">${escape(value)}</code><button type="button" data-copy="${escape(value)}" aria-label="Copy ${label}">Copy</button></div></div>`
+<div class="value"><code id="${id}" aria-labelledby="${id}-label">${escape(value)}</code>${
+  button ? `<button type="button" data-copy="${escape(value)}" aria-label="Copy ${label}">Copy</button>` : ""
+}</div></div>`
 
-export const checkoutPage = (view: CheckoutView, uri: string, qrSvg: string, statePath: string): string => {
+/**
+ * The amount's font size: at most 1.6rem, and small enough that the whole text fits the
+ * card's width on one line (a monospace character is about 0.6em wide), so that an amount of
+ * 18 decimals never wraps mid-number on a phone.
+ */
+const amountFontSize = (text: string) => `min(1.6rem, calc(100cqi / ${(text.length * 0.62).toFixed(2)}))`
+
+/** The request to pay: the QR code and wallet link of `uri`; absent (null) once nothing is to be paid. */
+export interface PaymentRequest {
+  readonly uri: string
+  readonly qrSvg: string
+}
+
+export const checkoutPage = (view: CheckoutView, request: PaymentRequest | null, statePath: string): string => {
   const amount = formatSmallest(view.amountSmallest, view.coin.decimals)
+  const amountText = `${amount} ${view.coin.symbol}`
   const network = chainLabel(view.chain)
-  const live = view.state === "waiting" || view.state === "seen"
+  const live = view.state === "waiting" || view.state === "underpaid" || view.state === "seen"
   const what = view.kind === "payment" ? "Payment" : "Donation"
   const expires = view.expiresAt.toISOString()
+  const chainId = chains[view.chain].chainId
+  const where = `${escape(view.coin.symbol)} on ${escape(network)}${chainId === null ? "" : ` (chain id ${chainId})`}`
+  const ask = view.state === "underpaid"
+    ? `Send exactly the rest, this amount of ${where}, in one transfer.`
+    : `Send exactly this amount of ${where}, in one transfer.`
+  const received = view.state === "underpaid"
+    ? `<p class="received" id="received">Received ${escape(formatSmallest(view.receivedSmallest, view.coin.decimals))} of ${
+      escape(formatSmallest(view.totalSmallest, view.coin.decimals))
+    } ${escape(view.coin.symbol)} so far; the rest:</p>`
+    : ""
   const body = `
-<div class="card" id="checkout" data-expires="${expires}" data-state-path="${escape(statePath)}">
+<div class="card" id="checkout" data-expires="${expires}" data-state-path="${escape(statePath)}" data-remainder="${view.amountSmallest}">
 <h1>${what} of ${escape(view.usdAmount)} USD</h1>
-<p class="sub">Send exactly this amount of ${escape(view.coin.symbol)} on ${escape(network)}${chains[view.chain].chainId === null ? "" : ` (chain id ${chains[view.chain].chainId})`}, in one transfer.</p>
-<p class="amount" id="amount">${escape(amount)} ${escape(view.coin.symbol)}</p>
+<p class="sub">${ask}</p>
+${received}<p class="amount" id="amount" style="font-size:${amountFontSize(amountText)}">${escape(amountText)}</p>
 <p class="usd">${escape(view.usdAmount)} USD</p>
 <div class="state" id="state" data-state="${view.state}" role="status" aria-live="polite">${escape(stateText(view))}</div>
 <p class="expiry"><span id="countdown">${view.state === "paid" ? "" : `Expires at ${escape(expires.replace("T", " ").slice(0, 16))} UTC`}</span></p>
 <p class="tx" id="tx">${view.txHash === null ? "" : `Transaction ${escape(view.txHash)}`}</p>
-<div class="qr" id="qr" role="img" aria-label="QR code of the payment request">${qrSvg}</div>
-<a class="wallet" id="wallet" href="${escape(uri)}">Open in wallet</a>
-${copyable("address", "Address", view.address)}
-${copyable("amount-value", `Amount (${escape(view.coin.symbol)})`, amount)}
-${view.coin.contract === null ? "" : copyable("contract", `${escape(view.coin.symbol)} token contract`, view.coin.contract)}
+${
+    request === null ? "" : `<div class="qr" id="qr" role="img" aria-label="QR code of the payment request">${request.qrSvg}</div>
+<a class="wallet" id="wallet" href="${escape(request.uri)}">Open in wallet</a>`
+  }
+${copyable("address", "Address", view.address, request !== null)}
+${copyable("amount-value", `Amount (${escape(view.coin.symbol)})`, amount, request !== null)}
+${
+    view.coin.contract === null
+      ? ""
+      : copyable("contract", `${escape(view.coin.symbol)} token contract`, view.coin.contract, request !== null)
+  }
 </div>`
   return document(`${what} of ${view.usdAmount} USD`, body, live)
 }

@@ -2,11 +2,15 @@
  * The hosted checkout page in headless Chromium at phone width, as a payer sees it: the QR
  * code decodes (jsQR) to the wallet URI with the exact amount, the state moves from waiting
  * over seen to paid while the page stays open, nothing is loaded from anywhere but the
- * service, and an unknown id is a 404 page. A phone-width screenshot is kept in
- * test-artifacts/ (git-ignored).
+ * service, and an unknown id is a 404 page. An underpaid payment asks for its exact remainder
+ * (amount and QR code); a paid one asks for nothing (no QR code, no wallet button); an amount
+ * of 18 decimals stays on one line. A phone-width screenshot is kept in test-artifacts/
+ * (git-ignored).
  */
 import { expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
+import { generatePrivateKey, privateKeyToAccount } from "viem/accounts"
+import { formatSmallest } from "../../src/Domain/Money.ts"
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
@@ -15,7 +19,7 @@ import { PNG } from "pngjs"
 import puppeteer, { type Browser, type Page } from "puppeteer-core"
 import { anvil } from "../support/Chains.ts"
 import { call, deploy } from "../support/Contracts.ts"
-import { App, subscribe, type TestApp } from "../support/TestApp.ts"
+import { App, eventually, subscribe, type TestApp } from "../support/TestApp.ts"
 
 // jsqr is CommonJS whose `exports.default` is the decoder; interop may hand over either level.
 const jsQR: typeof jsQRModule.default =
@@ -86,6 +90,25 @@ const text = (page: Page, selector: string) =>
 
 const attribute = (page: Page, selector: string, name: string) =>
   Effect.promise(() => page.$eval(selector, (element, name) => element.getAttribute(name), name))
+
+/**
+ * How the amount lies on the screen: the lines its text takes (its height in line-heights, and
+ * the boxes of its text) and whether any of it is cut off.
+ */
+const amountLayout = (page: Page) =>
+  Effect.promise(() =>
+    page.$eval("#amount", (element) => {
+      const range = document.createRange()
+      range.selectNodeContents(element)
+      const lineHeight = parseFloat(getComputedStyle(element).lineHeight)
+      return {
+        lines: Math.round(element.getBoundingClientRect().height / lineHeight),
+        textBoxes: range.getClientRects().length,
+        cutOff: element.scrollWidth > element.clientWidth
+      }
+    })
+  )
+const oneLine = { lines: 1, textBoxes: 1, cutOff: false }
 
 layer(
   App.layer({ CALLBACK_ALLOW_PRIVATE_NETWORKS: "true", CONFIRMATIONS_REQUIRED: "2", DONATION_ADDRESS_BITCOIN: DONATION_BTC }),
@@ -234,4 +257,90 @@ layer(withToken, { excludeTestServices: true })("checkout page for a token", (it
       yield* anvil.mine(1)
       yield* Effect.promise(() => page.waitForSelector("#state[data-state=paid]", { timeout: 30_000 }))
     }), { timeout: 120_000 })
+})
+
+// Amounts to the wei (no rounding to a USD step), so that the amount is as long as it gets.
+layer(
+  App.layer({ CALLBACK_ALLOW_PRIVATE_NETWORKS: "true", CONFIRMATIONS_REQUIRED: "2", AMOUNT_STEP_USD: "0" }),
+  { excludeTestServices: true }
+)("checkout page of a partly paid payment", (it) => {
+  /** A merchant with a fresh address of its own, so that no other test's transfer reaches it. */
+  const freshShop = (app: TestApp) =>
+    Effect.gen(function*() {
+      const key = yield* subscribe(app)
+      const shop = privateKeyToAccount(generatePrivateKey()).address.toLowerCase()
+      yield* app.request("POST", "/addresses", { key, json: { chain: "ethereum", addresses: [shop] } })
+      const create = (json: Record<string, unknown>) =>
+        Effect.map(
+          app.request("POST", "/payments", { key, json: { chain: "ethereum", callback_url: "http://127.0.0.1:9/hook", ...json } }),
+          (r) => r.body
+        )
+      return { key, shop, create }
+    })
+
+  it.scoped("asks for the exact remainder of an underpaid payment, then shows it paid with no QR code or wallet button", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const { create, key, shop } = yield* freshShop(app)
+      const payment = yield* create({ usd_amount: "7", confirmations_required: 3 })
+      const amount = BigInt(payment.amount_wei)
+      const chromium = yield* browser
+      const { page } = yield* phonePage(chromium)
+      yield* Effect.promise(() => page.goto(`${app.baseUrl}/pay/${payment.payment_id}`))
+      expect(yield* text(page, "#amount")).toBe(`${payment.amount_native} ETH`)
+      expect(yield* amountLayout(page)).toEqual(oneLine)
+
+      // The payer sends a little less (a wallet that took its fee from the amount).
+      const sent = amount - 12_345_678_901n
+      const remainder = amount - sent
+      yield* anvil.send(shop, sent)
+      const underpaid = yield* eventually(
+        app.request("GET", `/payments/${payment.payment_id}`, { key }),
+        (r) => r.body.exception === "underpaid"
+      )
+      expect(underpaid.body).toMatchObject({ status: "PENDING", tx_hash: null, amount_received_wei: String(sent) })
+      // The open page follows: it now asks for the remainder, with its own QR code.
+      yield* Effect.promise(() => page.waitForSelector("#state[data-state=underpaid]", { timeout: 30_000 }))
+      const uri = `ethereum:${shop}@1?value=${remainder}`
+      expect(yield* decodeQr(page)).toBe(uri)
+      expect(yield* attribute(page, "#wallet", "href")).toBe(uri)
+      expect(yield* text(page, "#amount")).toBe(`${formatSmallest(remainder, 18)} ETH`)
+      expect(yield* text(page, "#amount-value")).toBe(formatSmallest(remainder, 18))
+      expect(yield* text(page, "#received")).toBe(
+        `Received ${underpaid.body.amount_received_native} of ${payment.amount_native} ETH so far; the rest:`
+      )
+      expect(yield* amountLayout(page)).toEqual(oneLine)
+
+      // The remainder pays it, at the payment's own threshold of 3.
+      yield* anvil.send(shop, remainder)
+      yield* Effect.promise(() => page.waitForSelector("#state[data-state=seen]", { timeout: 30_000 }))
+      expect(yield* text(page, "#state")).toMatch(/^Payment seen: [12] of 3 confirmations$/)
+      yield* anvil.mine(2)
+      yield* Effect.promise(() => page.waitForSelector("#state[data-state=paid]", { timeout: 30_000 }))
+      // Nothing invites a second payment, on the open page and on a fresh load.
+      for (const reload of [false, true]) {
+        if (reload) yield* Effect.promise(() => page.reload())
+        expect(yield* text(page, "#state")).toBe("Paid. Thank you!")
+        expect(yield* Effect.promise(() => page.$("#qr"))).toBeNull()
+        expect(yield* Effect.promise(() => page.$("#wallet"))).toBeNull()
+        expect(yield* Effect.promise(() => page.$$("button[data-copy]"))).toHaveLength(0)
+        expect(yield* Effect.promise(() => page.$$("svg"))).toHaveLength(0)
+      }
+    }), { timeout: 120_000 })
+
+  it.scoped("keeps an amount of 18 decimals on one line at 390 px", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const { create } = yield* freshShop(app)
+      const chromium = yield* browser
+      const { page } = yield* phonePage(chromium)
+      for (const usd_amount of ["7", "49999.99"]) {
+        const payment = yield* create({ usd_amount })
+        expect(payment.amount_native.split(".")[1]).toHaveLength(18)
+        yield* Effect.promise(() => page.goto(`${app.baseUrl}/pay/${payment.payment_id}`))
+        expect(yield* text(page, "#amount")).toBe(`${payment.amount_native} ETH`)
+        expect(yield* amountLayout(page), usd_amount).toEqual(oneLine)
+        expect(yield* Effect.promise(() => page.evaluate("document.documentElement.scrollWidth"))).toBeLessThanOrEqual(PHONE.width)
+      }
+    }), { timeout: 60_000 })
 })
