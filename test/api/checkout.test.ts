@@ -97,7 +97,8 @@ const attribute = (page: Page, selector: string, name: string) =>
  */
 const amountLayout = (page: Page) =>
   Effect.promise(() =>
-    page.$eval("#amount", (element) => {
+    page.evaluate(`(() => {
+      const element = document.getElementById("amount")
       const range = document.createRange()
       range.selectNodeContents(element)
       const lineHeight = parseFloat(getComputedStyle(element).lineHeight)
@@ -106,7 +107,7 @@ const amountLayout = (page: Page) =>
         textBoxes: range.getClientRects().length,
         cutOff: element.scrollWidth > element.clientWidth
       }
-    })
+    })()`)
   )
 const oneLine = { lines: 1, textBoxes: 1, cutOff: false }
 
