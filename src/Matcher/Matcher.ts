@@ -25,8 +25,8 @@
  */
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
-import { Clock, DateTime, Effect, SubscriptionRef } from "effect"
-import { type ChainName, chainOfDonationChain, chains, type DonationChainName } from "../Domain/Chain.ts"
+import { Clock, Config, DateTime, Effect, SubscriptionRef } from "effect"
+import { type ChainName, chainOfDonationChain, chains } from "../Domain/Chain.ts"
 import { type Asset, assetDecimals } from "../Domain/Asset.ts"
 import { formatSmallest } from "../Domain/Money.ts"
 import { Outbox } from "../Outbox/Outbox.ts"
@@ -39,7 +39,53 @@ import {
   outboxRow,
   paymentDelivery
 } from "../Webhooks/Payloads.ts"
+import { attribute, type AttributionResult, type BlockTransfer, type PaymentOutcome, positionOf } from "./Attribution.ts"
 import { ChainConfirmationsRequired, ConfirmationsRequired } from "./Confirmations.ts"
+import { orphanTransfers, readCandidates, writeAttribution } from "./Statements.ts"
+
+/**
+ * `LATE_PAYMENT_WINDOW_SECONDS` (default 86400): how long after its expiry a payment still
+ * takes a transfer of its amount (or remainder) as paid late.
+ */
+export const LatePaymentWindowSeconds = Config.integer("LATE_PAYMENT_WINDOW_SECONDS").pipe(
+  Config.withDefault(86_400),
+  Config.validate({ message: "LATE_PAYMENT_WINDOW_SECONDS must be at least 0", validation: (n) => n >= 0 })
+)
+
+/** The block's transfers in the order attribution takes them: by position (transaction, then place in it). */
+const blockTransfers = (block: BlockRecord): ReadonlyArray<BlockTransfer> =>
+  block.transfers
+    .map((t, i) => ({ t, i }))
+    .sort((x, y) => x.t.index - y.t.index || x.i - y.i)
+    .map(({ t }) => ({ txHash: t.txHash, address: t.to, asset: t.asset, amount: t.value, position: positionOf(t) }))
+
+/** The confirmations-topic records of an attribution: underpaid, paid late, unattributed; ids stable per transfer. */
+const accountingEvents = (block: BlockRecord, result: AttributionResult, occurredAt: Date): Array<OutboxRow> =>
+  result.recorded.flatMap((r): Array<OutboxRow> => {
+    const where = { txHash: r.transfer.txHash, position: r.transfer.position, blockNumber: block.number, blockHash: block.hash }
+    const payment = r.paymentId === null ? undefined : result.payments.get(r.paymentId)
+    if (payment === undefined) {
+      return r.paymentId !== null ? [] : [outboxRow(confirmationRecord.transferUnattributed({
+        chain: block.chain,
+        address: r.transfer.address,
+        asset: r.transfer.asset,
+        amountSmallest: r.transfer.amount,
+        ...where
+      }, occurredAt))]
+    }
+    const data = {
+      paymentId: payment.candidate.id,
+      userId: payment.candidate.accountId,
+      chain: block.chain,
+      address: payment.candidate.address,
+      amountSmallest: payment.candidate.amount,
+      receivedSmallest: r.receivedAfter,
+      transferSmallest: r.transfer.amount,
+      ...where
+    }
+    if (payment.status === "EXPIRED") return [outboxRow(confirmationRecord.paymentPaidLate(data, occurredAt))]
+    return r.receivedAfter < payment.candidate.amount ? [outboxRow(confirmationRecord.paymentUnderpaid(data, occurredAt))] : []
+  })
 
 /** What applying one message did. */
 export interface ApplyOutcome {
@@ -133,24 +179,6 @@ interface CursorRow {
 export const newerFinalized = (stored: bigint | null, reported: bigint | undefined): bigint | null =>
   reported === undefined ? stored : stored === null || reported > stored ? reported : stored
 
-interface MatchedCommon {
-  readonly id: string
-  readonly address: string
-  readonly amount_smallest: string
-  readonly usd_amount: string
-  readonly tx_hash: string
-}
-
-/** One detection of a block; intents and challenges carry their donation-side chain name. */
-type MatchedRow =
-  | MatchedCommon & { readonly kind: "payment"; readonly chain: ChainName }
-  | MatchedCommon & { readonly kind: "intent"; readonly chain: DonationChainName; readonly account_id: string }
-  | MatchedCommon & {
-    readonly kind: "challenge"
-    readonly chain: DonationChainName
-    readonly callback_url: string | null
-  }
-
 interface PaidRow {
   readonly id: string
   readonly account_id: string
@@ -200,6 +228,7 @@ export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
     const outbox = yield* Outbox
     const required = yield* ConfirmationsRequired
     const chainRequired = yield* ChainConfirmationsRequired
+    const lateWindow = yield* LatePaymentWindowSeconds
     const statusRef = yield* SubscriptionRef.make<ReadonlyMap<ChainName, MatcherStatus>>(new Map())
 
     /** Creates the chain's cursor on first use and locks it for the transaction. */
@@ -307,70 +336,12 @@ export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
           yield* Effect.logWarning("block does not extend the applied chain and no reorg record came first")
             .pipe(Effect.annotateLogs({ cursorHash: cursor.hash, parentHash: block.parentHash }))
         }
-        const number = block.number.toString()
-        const matched = block.transfers.length === 0 ? [] : yield* sql<MatchedRow>`
-          WITH t AS (
-            SELECT * FROM unnest(
-              ${block.transfers.map((t) => t.txHash)}::text[],
-              ${block.transfers.map((t) => t.to)}::text[],
-              ${block.transfers.map((t) => t.value.toString())}::numeric[],
-              ${block.transfers.map((t) => t.index)}::int[],
-              ${block.transfers.map((t) => t.asset)}::text[]
-            ) AS t (tx_hash, address, amount, idx, asset)
-          ),
-          m AS (
-            SELECT DISTINCT ON (w.id) w.id, w.kind, t.tx_hash
-            FROM t JOIN watches w
-              ON w.open AND w.chain = ${block.chain} AND w.asset = t.asset AND w.address = t.address
-                AND w.amount_smallest = t.amount
-            WHERE COALESCE(w.start_block, -1) < ${number}::bigint
-              AND (w.expires_at > to_timestamp(${block.timestamp}::double precision)
-                   OR EXISTS (SELECT 1 FROM detections d WHERE d.watch_id = w.id AND d.tx_hash = t.tx_hash))
-            ORDER BY w.id, t.idx
-          ),
-          p AS (
-            UPDATE payments SET tx_hash = m.tx_hash, block_number = ${number}::bigint, block_hash = ${block.hash},
-              confirmations = 0
-            FROM m
-            WHERE m.kind = 'payment' AND payments.id = m.id AND payments.status = 'PENDING' AND payments.tx_hash IS NULL
-            RETURNING payments.id, payments.chain, payments.address, payments.amount_smallest, payments.usd_amount,
-                      payments.tx_hash
-          ),
-          i AS (
-            UPDATE signup_intents SET status = 'CONFIRMED', tx_hash = m.tx_hash, confirmed_at = now()
-            FROM m
-            WHERE m.kind = 'intent' AND signup_intents.id = m.id AND signup_intents.status = 'PENDING'
-            RETURNING signup_intents.id, signup_intents.account_id, signup_intents.chain, signup_intents.address,
-                      signup_intents.amount_smallest, signup_intents.usd_amount, signup_intents.tx_hash
-          ),
-          c AS (
-            UPDATE challenges SET status = 'CONFIRMED', tx_hash = m.tx_hash, confirmed_at = now()
-            FROM m
-            WHERE m.kind = 'challenge' AND challenges.id = m.id AND challenges.status = 'PENDING'
-            RETURNING challenges.id, challenges.chain, challenges.address, challenges.amount_smallest,
-                      challenges.usd_amount, challenges.callback_url, challenges.tx_hash
-          ),
-          activated AS (
-            UPDATE subscriptions SET status = 'active', updated_at = now()
-            FROM i WHERE subscriptions.account_id = i.account_id AND subscriptions.status = 'pending'
-          ),
-          closed AS (
-            UPDATE watches SET open = false WHERE id IN (SELECT id FROM i UNION ALL SELECT id FROM c)
-          ),
-          recorded AS (
-            INSERT INTO detections (watch_id, kind, chain, tx_hash, block_number, block_hash)
-            SELECT id, 'payment', ${block.chain}, tx_hash, ${number}::bigint, ${block.hash} FROM p
-            UNION ALL SELECT id, 'intent', ${block.chain}, tx_hash, ${number}::bigint, ${block.hash} FROM i
-            UNION ALL SELECT id, 'challenge', ${block.chain}, tx_hash, ${number}::bigint, ${block.hash} FROM c
-            ON CONFLICT DO NOTHING
-          )
-          SELECT 'payment' AS kind, id, NULL::uuid AS account_id, chain, address, amount_smallest::text AS amount_smallest,
-                 usd_amount::text AS usd_amount, NULL AS callback_url, tx_hash FROM p
-          UNION ALL
-          SELECT 'intent', id, account_id, chain, address, amount_smallest::text, usd_amount::text, NULL, tx_hash FROM i
-          UNION ALL
-          SELECT 'challenge', id, NULL, chain, address, amount_smallest::text, usd_amount::text, callback_url, tx_hash
-          FROM c`
+        const transfers = blockTransfers(block)
+        const attribution = transfers.length === 0
+          ? { recorded: [], payments: new Map<string, PaymentOutcome>(), donations: [] }
+          : attribute(transfers, yield* readCandidates(sql, block, transfers, lateWindow))
+        const nothingToWrite = attribution.recorded.length === 0 && attribution.donations.length === 0
+        const donations = nothingToWrite ? [] : yield* writeAttribution(sql, block, attribution)
         const finalized = newerFinalized(cursor.finalized === null ? null : BigInt(cursor.finalized), block.finalized)
         const paid = yield* recount(block.chain, block.number, block.hash, block.timestamp, finalized)
 
@@ -378,8 +349,7 @@ export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
         const { deliveries, events } = paidEvents(paid, occurredAt)
         let intents = 0
         let challenges = 0
-        for (const row of matched) {
-          if (row.kind === "payment") continue
+        for (const row of donations) {
           const chain = row.chain
           const amount = BigInt(row.amount_smallest)
           const common = {
@@ -395,7 +365,7 @@ export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
           if (row.kind === "intent") {
             intents++
             events.push(outboxRow(confirmationRecord.intentConfirmed(
-              { ...common, intentId: row.id, userId: row.account_id },
+              { ...common, intentId: row.id, userId: row.account_id ?? "" },
               occurredAt
             )))
           } else {
@@ -414,6 +384,10 @@ export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
             }
           }
         }
+        events.push(...accountingEvents(block, attribution, occurredAt))
+        const completed = [...attribution.payments.values()].flatMap((p) =>
+          p.completedBy === null ? [] : [{ id: p.candidate.id, txHash: p.completedBy.txHash }]
+        )
         yield* outbox.write(deliveries, events)
         return {
           chain: block.chain,
@@ -422,17 +396,18 @@ export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
           applied: true,
           cursor: { number: block.number, hash: block.hash },
           transfers: block.transfers.length,
-          detections: matched.length,
+          detections: completed.length + donations.length,
           paymentsPaid: paid.length,
           intentsConfirmed: intents,
           challengesConfirmed: challenges,
           orphaned: 0,
           paymentsReorged: 0,
           changes: [
-            ...matched.map((row): StateChange => ({
+            ...completed.map((row): StateChange => ({ kind: "payment", id: row.id, change: "detected", txHash: row.txHash })),
+            ...donations.map((row): StateChange => ({
               kind: row.kind,
               id: row.id,
-              change: row.kind === "payment" ? "detected" : "confirmed",
+              change: "confirmed",
               txHash: row.tx_hash
             })),
             ...paid.map((row): StateChange => ({ kind: "payment", id: row.id, change: "paid", txHash: row.tx_hash }))
@@ -450,6 +425,7 @@ export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
           return skipped(record.chain, "reorg", record.fromNumber, 0)
         }
         const from = record.fromNumber.toString()
+        yield* orphanTransfers(sql, record.chain, record.fromNumber)
         const orphaned = yield* sql<OrphanedRow>`
           WITH orphan AS (
             UPDATE detections SET orphaned_at = clock_timestamp()

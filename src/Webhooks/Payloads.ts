@@ -102,6 +102,39 @@ export const PaymentReorgedData = Schema.Struct({
   orphanedBlockHash: Schema.String
 })
 
+/**
+ * A transfer attributed to a payment: one that leaves it underpaid (`payment.underpaid`), or one
+ * mined after its expiry that paid it late (`payment.paid_late`; the payment stays EXPIRED and
+ * no callback is sent). Amounts: the payment's, the sum attributed so far, this transfer's.
+ */
+export const PaymentTransferData = Schema.Struct({
+  paymentId: Schema.UUID,
+  userId: Schema.UUID,
+  chain: ChainName,
+  address: Schema.String,
+  txHash: Schema.String,
+  /** Where the transfer sits in its transaction (`tx:<to>`, `call:<path>:<to>`, `log:<index>`). */
+  position: Schema.String,
+  blockNumber: BlockNumber,
+  blockHash: Schema.String,
+  amountSmallest: Smallest,
+  receivedSmallest: Smallest,
+  transferSmallest: Smallest
+})
+
+/** A transfer to an address with an open (or recently expired) payment that no payment could claim. */
+export const TransferUnattributedData = Schema.Struct({
+  chain: ChainName,
+  address: Schema.String,
+  /** `native`, or the token contract. */
+  asset: Schema.String,
+  txHash: Schema.String,
+  position: Schema.String,
+  blockNumber: BlockNumber,
+  blockHash: Schema.String,
+  amountSmallest: Smallest
+})
+
 /** What a confirmed donation (challenge or signup intent) reports about its transfer. */
 const donationConfirmed = {
   chain: DonationChainName,
@@ -139,6 +172,9 @@ const envelope = <T extends string, D extends Schema.Schema.Any>(type: T, data: 
 
 export const PaymentPaidRecord = envelope("payment.paid", PaymentPaidData)
 export const PaymentReorgedRecord = envelope("payment.reorged", PaymentReorgedData)
+export const PaymentUnderpaidRecord = envelope("payment.underpaid", PaymentTransferData)
+export const PaymentPaidLateRecord = envelope("payment.paid_late", PaymentTransferData)
+export const TransferUnattributedRecord = envelope("transfer.unattributed", TransferUnattributedData)
 export const ChallengeConfirmedRecord = envelope("challenge.confirmed", ChallengeConfirmedData)
 export const IntentConfirmedRecord = envelope("intent.confirmed", IntentConfirmedData)
 
@@ -146,7 +182,10 @@ export const ConfirmationRecord = Schema.Union(
   PaymentPaidRecord,
   PaymentReorgedRecord,
   ChallengeConfirmedRecord,
-  IntentConfirmedRecord
+  IntentConfirmedRecord,
+  PaymentUnderpaidRecord,
+  PaymentPaidLateRecord,
+  TransferUnattributedRecord
 )
 export type ConfirmationRecord = typeof ConfirmationRecord.Type
 export type ConfirmationRecordJson = typeof ConfirmationRecord.Encoded
@@ -168,7 +207,14 @@ export const eventId = {
   /** One per orphaned block: a payment may in principle be reorged out more than once. */
   paymentReorged: (paymentId: string, orphanedBlockHash: string) => `payment.reorged:${paymentId}:${orphanedBlockHash}`,
   challengeConfirmed: (challengeId: string) => `challenge.confirmed:${challengeId}`,
-  intentConfirmed: (intentId: string) => `intent.confirmed:${intentId}`
+  intentConfirmed: (intentId: string) => `intent.confirmed:${intentId}`,
+  /** Per transfer (transaction and position), so a replayed block writes the same id. */
+  paymentUnderpaid: (paymentId: string, txHash: string, position: string) =>
+    `payment.underpaid:${paymentId}:${txHash}:${position}`,
+  paymentPaidLate: (paymentId: string, txHash: string, position: string) =>
+    `payment.paid_late:${paymentId}:${txHash}:${position}`,
+  transferUnattributed: (chain: string, txHash: string, position: string) =>
+    `transfer.unattributed:${chain}:${txHash}:${position}`
 } as const
 
 /** Whose secrets sign the delivery `deliveryId`: a challenge's callback is signed by the challenge, the rest by the account. */
@@ -211,7 +257,11 @@ const keyOf = (record: ConfirmationRecord): string => {
   switch (record.type) {
     case "payment.paid":
     case "payment.reorged":
+    case "payment.underpaid":
+    case "payment.paid_late":
       return record.data.paymentId
+    case "transfer.unattributed":
+      return `${record.data.chain}:${record.data.address}`
     case "challenge.confirmed":
       return record.data.challengeId
     case "intent.confirmed":
@@ -253,6 +303,27 @@ export const confirmationRecord = {
     version: 1,
     id: eventId.intentConfirmed(data.intentId),
     type: "intent.confirmed",
+    occurredAt,
+    data
+  }),
+  paymentUnderpaid: (data: typeof PaymentTransferData.Type, occurredAt: Date): ConfirmationRecord => ({
+    version: 1,
+    id: eventId.paymentUnderpaid(data.paymentId, data.txHash, data.position),
+    type: "payment.underpaid",
+    occurredAt,
+    data
+  }),
+  paymentPaidLate: (data: typeof PaymentTransferData.Type, occurredAt: Date): ConfirmationRecord => ({
+    version: 1,
+    id: eventId.paymentPaidLate(data.paymentId, data.txHash, data.position),
+    type: "payment.paid_late",
+    occurredAt,
+    data
+  }),
+  transferUnattributed: (data: typeof TransferUnattributedData.Type, occurredAt: Date): ConfirmationRecord => ({
+    version: 1,
+    id: eventId.transferUnattributed(data.chain, data.txHash, data.position),
+    type: "transfer.unattributed",
     occurredAt,
     data
   })

@@ -69,10 +69,12 @@ const watchOpen = (h: Harness, id: string) =>
 
 for (const kind of logKinds) {
   describe(`matcher via ${kind} event log`, { timeout: 120_000 }, () => {
-    it.live("matches the exact amount on the watched address only", () =>
+    it.live("matches the exact amount on the watched address only (two payments open there)", () =>
       Effect.gen(function*() {
         const h = yield* makeHarness(kind)
         const w = yield* createPayment(h)
+        // A second open payment on the address: a wrong amount is nobody's (no "only payment" rule).
+        yield* createPayment(h, "31")
         const n = above(w.startBlock)
         yield* h.publish(block("ethereum", n, [
           { to: OTHER, value: w.amount },
@@ -245,7 +247,8 @@ for (const kind of logKinds) {
 
     it.live("judges expiry by the block's timestamp", () =>
       Effect.gen(function*() {
-        const h = yield* makeHarness(kind)
+        // No late window: a transfer after expiry is not taken as paid late here.
+        const h = yield* makeHarness(kind, { LATE_PAYMENT_WINDOW_SECONDS: "0" })
         const w = yield* createPayment(h)
         const [row] = yield* h.sql<{ expires: number }>`
           SELECT extract(epoch FROM expires_at)::float8 AS expires FROM payments WHERE id = ${w.id}`.pipe(Effect.orDie)

@@ -1,0 +1,204 @@
+/**
+ * Who a block's transfers belong to: the matcher's attribution rules as one pure function over
+ * what the database said before the block (the candidates), so that the order of transfers
+ * within a block and every rule are testable without a database.
+ *
+ * A transfer is attributed, in order of its position in the block:
+ * 1. to the payment of the same transaction and position whose earlier block was orphaned
+ *    (the chain moved it; it keeps its attribution);
+ * 2. to the open watch whose amount it matches exactly (a signup intent or challenge is
+ *    confirmed by it; those match exactly only);
+ * 3. to the underpaid open payment whose exact remainder it matches;
+ * 4. when exactly one payment is open on that address, chain and asset, to that payment;
+ * 5. to the one payment expired within the late window whose amount (or remainder) it
+ *    matches exactly: paid late, the payment stays EXPIRED;
+ * 6. else to none (unattributed).
+ */
+import type { TransferMessage } from "../Ingest/BlockMessage.ts"
+
+export type Attribution = "exact" | "remainder" | "sole" | "late"
+export type PaymentStatus = "PENDING" | "PAID" | "EXPIRED"
+export type PaymentException = "underpaid" | "overpaid" | "paid_late"
+
+/**
+ * The exception a payment shows for what it received: nothing received or exactly the amount:
+ * none; less: underpaid; at least the amount on an EXPIRED payment: paid late (only a late
+ * transfer completes an expired one); more on any other: overpaid. The reorg statement
+ * computes the same in SQL (`exceptionSql`).
+ */
+export const exceptionOf = (received: bigint, amount: bigint, status: PaymentStatus): PaymentException | null =>
+  received === 0n ? null
+  : received < amount ? "underpaid"
+  : status === "EXPIRED" ? "paid_late"
+  : received > amount ? "overpaid"
+  : null
+
+/** Where a transfer sits in its transaction; with the block hash and tx hash it names the transfer. */
+export const positionOf = (t: TransferMessage): string =>
+  t.origin === "log" ? `log:${t.logIndex ?? 0}`
+  : t.origin === "internal" ? `call:${(t.traceAddress ?? []).join(".")}:${t.to}`
+  : `tx:${t.to}`
+
+/** A block's transfer, in the block's order. */
+export interface BlockTransfer {
+  readonly txHash: string
+  readonly address: string
+  readonly asset: string
+  readonly amount: bigint
+  readonly position: string
+}
+
+/** What the attribution needs of a payment, as it was before the block. */
+export interface PaymentCandidate {
+  readonly id: string
+  readonly accountId: string
+  readonly address: string
+  readonly asset: string
+  readonly amount: bigint
+  readonly received: bigint
+  /** The transfer that brought it to its amount was seen (`tx_hash` set). */
+  readonly complete: boolean
+  readonly status: PaymentStatus
+  /** Open at this block: watch open, created before the block, not expired at the block's time. */
+  readonly open: boolean
+  /** Expired at the block's time, within the late window, not PAID. */
+  readonly late: boolean
+}
+
+export interface Candidates {
+  readonly payments: ReadonlyArray<PaymentCandidate>
+  /** Per transfer (index in the block's transfers): the open watch of exactly its amount. */
+  readonly exact: ReadonlyMap<
+    number,
+    {
+      readonly kind: "payment" | "intent" | "challenge"
+      readonly id: string
+      /** Not expired at the block's time, or this very transaction was detected for it before (mined again). */
+      readonly live: boolean
+    }
+  >
+  /** Per transfer: the payment an orphaned copy of it was attributed to. */
+  readonly remined: ReadonlyMap<number, { readonly paymentId: string; readonly attribution: Attribution }>
+  /** `address|asset` → the number of payments open there (0, 1, or 2 for "several"). */
+  readonly openCount: ReadonlyMap<string, number>
+  /** `address|asset` where a payment is open or inside the late window: its transfers are recorded. */
+  readonly watched: ReadonlySet<string>
+}
+
+export const addressKey = (address: string, asset: string): string => `${address}|${asset}`
+
+export interface RecordedTransfer {
+  readonly index: number
+  readonly transfer: BlockTransfer
+  readonly paymentId: string | null
+  readonly attribution: Attribution | null
+  /** The payment's received sum right after this transfer (attributed ones). */
+  readonly receivedAfter: bigint
+}
+
+export interface PaymentOutcome {
+  readonly candidate: PaymentCandidate
+  readonly received: bigint
+  readonly status: PaymentStatus
+  readonly exception: PaymentException | null
+  /** The transfer that brought it to its amount in this block (sets `tx_hash`). */
+  readonly completedBy: BlockTransfer | null
+  /** A late transfer was attributed in this block. */
+  readonly paidLate: boolean
+}
+
+export interface AttributionResult {
+  /** Transfers to record in `transfers`, in block order. */
+  readonly recorded: ReadonlyArray<RecordedTransfer>
+  /** Payments whose sum changed, by id. */
+  readonly payments: ReadonlyMap<string, PaymentOutcome>
+  /** Signup intents and challenges matched exactly, first transfer wins. */
+  readonly donations: ReadonlyArray<{ readonly kind: "intent" | "challenge"; readonly id: string; readonly txHash: string }>
+}
+
+interface Working {
+  readonly candidate: PaymentCandidate
+  received: bigint
+  completedBy: BlockTransfer | null
+  paidLate: boolean
+}
+
+export const attribute = (transfers: ReadonlyArray<BlockTransfer>, candidates: Candidates): AttributionResult => {
+  const byId = new Map<string, Working>()
+  const byAddress = new Map<string, Array<Working>>()
+  for (const candidate of [...candidates.payments].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))) {
+    const working: Working = { candidate, received: candidate.received, completedBy: null, paidLate: false }
+    byId.set(candidate.id, working)
+    const key = addressKey(candidate.address, candidate.asset)
+    byAddress.set(key, [...(byAddress.get(key) ?? []), working])
+  }
+  const isComplete = (w: Working) => w.candidate.complete || w.completedBy !== null || w.paidLate
+  const remainder = (w: Working) => w.candidate.amount - w.received
+  const consumed = new Set<string>()
+  const donations: Array<{ kind: "intent" | "challenge"; id: string; txHash: string }> = []
+  const recorded: Array<RecordedTransfer> = []
+
+  const choose = (t: BlockTransfer, index: number): { working: Working; attribution: Attribution } | null => {
+    const remined = candidates.remined.get(index)
+    const reminedTo = remined === undefined ? undefined : byId.get(remined.paymentId)
+    if (remined !== undefined && reminedTo !== undefined) return { working: reminedTo, attribution: remined.attribution }
+    const here = byAddress.get(addressKey(t.address, t.asset)) ?? []
+    const exact = candidates.exact.get(index)
+    if (exact !== undefined && exact.kind === "payment") {
+      const w = byId.get(exact.id)
+      if (w !== undefined && exact.live && w.candidate.status === "PENDING" && !isComplete(w)) return { working: w, attribution: "exact" }
+    }
+    const topUp = here.find((w) => w.candidate.open && w.received > 0n && !isComplete(w) && remainder(w) === t.amount)
+    if (topUp !== undefined) return { working: topUp, attribution: "remainder" }
+    if (candidates.openCount.get(addressKey(t.address, t.asset)) === 1) {
+      const sole = here.filter((w) => w.candidate.open)
+      if (sole.length === 1) return { working: sole[0]!, attribution: "sole" }
+    }
+    const late = here.filter((w) =>
+      w.candidate.late && !isComplete(w) && w.candidate.status !== "PAID" && remainder(w) === t.amount
+    )
+    return late.length === 1 ? { working: late[0]!, attribution: "late" } : null
+  }
+
+  transfers.forEach((t, index) => {
+    const exact = candidates.exact.get(index)
+    if (exact !== undefined && exact.kind !== "payment" && exact.live) {
+      if (!consumed.has(exact.id)) {
+        consumed.add(exact.id)
+        donations.push({ kind: exact.kind, id: exact.id, txHash: t.txHash })
+        return
+      }
+    }
+    const chosen = choose(t, index)
+    if (chosen === null) {
+      if (candidates.watched.has(addressKey(t.address, t.asset))) {
+        recorded.push({ index, transfer: t, paymentId: null, attribution: null, receivedAfter: 0n })
+      }
+      return
+    }
+    const w = chosen.working
+    const wasComplete = isComplete(w)
+    w.received += t.amount
+    if (chosen.attribution === "late" || (w.candidate.status === "EXPIRED" && !w.candidate.open)) {
+      w.paidLate = w.paidLate || w.received >= w.candidate.amount
+    } else if (!wasComplete && w.candidate.status === "PENDING" && w.received >= w.candidate.amount) {
+      w.completedBy = t
+    }
+    recorded.push({ index, transfer: t, paymentId: w.candidate.id, attribution: chosen.attribution, receivedAfter: w.received })
+  })
+
+  const payments = new Map<string, PaymentOutcome>()
+  for (const w of byId.values()) {
+    if (w.received === w.candidate.received) continue
+    const status: PaymentStatus = w.paidLate && w.candidate.status === "PENDING" ? "EXPIRED" : w.candidate.status
+    payments.set(w.candidate.id, {
+      candidate: w.candidate,
+      received: w.received,
+      status,
+      exception: exceptionOf(w.received, w.candidate.amount, status),
+      completedBy: w.completedBy,
+      paidLate: w.paidLate
+    })
+  }
+  return { recorded, payments, donations }
+}

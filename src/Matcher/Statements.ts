@@ -1,0 +1,295 @@
+/**
+ * The matcher's accounting statements: what a block's transfers could be attributed to (one
+ * read), the attribution written back (one statement: transfers, payments, donations,
+ * detections), and a reorg taking orphaned transfers out of the sums. The rules themselves
+ * are `attribute` (Attribution.ts); these only read and write.
+ */
+import type { SqlClient } from "@effect/sql"
+import { Effect, Schema } from "effect"
+import type { ChainName, DonationChainName } from "../Domain/Chain.ts"
+import {
+  addressKey,
+  type Attribution,
+  type AttributionResult,
+  type BlockTransfer,
+  type Candidates,
+  type PaymentCandidate
+} from "./Attribution.ts"
+
+const CandidatesJson = Schema.Struct({
+  payments: Schema.Array(Schema.Struct({
+    id: Schema.String,
+    account_id: Schema.String,
+    address: Schema.String,
+    asset: Schema.String,
+    amount: Schema.BigInt,
+    received: Schema.BigInt,
+    complete: Schema.Boolean,
+    status: Schema.Literal("PENDING", "PAID", "EXPIRED"),
+    open: Schema.Boolean,
+    late: Schema.Boolean
+  })),
+  exact: Schema.Array(Schema.Struct({
+    ord: Schema.Number,
+    id: Schema.String,
+    kind: Schema.Literal("payment", "intent", "challenge"),
+    live: Schema.Boolean
+  })),
+  remined: Schema.Array(Schema.Struct({
+    ord: Schema.Number,
+    payment_id: Schema.String,
+    attribution: Schema.Literal("exact", "remainder", "sole", "late")
+  })),
+  opened: Schema.Array(Schema.Struct({ address: Schema.String, asset: Schema.String, count: Schema.Number })),
+  watched: Schema.Array(Schema.Struct({ address: Schema.String, asset: Schema.String }))
+})
+const decodeCandidates = Schema.decodeUnknown(Schema.Tuple(Schema.Struct({ candidates: CandidatesJson })))
+
+export interface BlockContext {
+  readonly chain: ChainName
+  readonly number: bigint
+  readonly hash: string
+  /** Block time, unix seconds. */
+  readonly timestamp: number
+}
+
+/**
+ * Everything the block's transfers could be attributed to, as it stands before the block: the
+ * open watch of each transfer's exact amount, the underpaid open payments, up to two open
+ * payments per address (one is "the only one"), payments expired within the late window whose
+ * amount or remainder a transfer matches, and payments that orphaned copies of these
+ * transfers were attributed to. Only index lookups per address: a busy address with many open
+ * payments costs a few rows, not all of them.
+ */
+export const readCandidates = (
+  sql: SqlClient.SqlClient,
+  block: BlockContext,
+  transfers: ReadonlyArray<BlockTransfer>,
+  lateWindowSeconds: number
+) => {
+  const n = block.number.toString()
+  const bt = sql`to_timestamp(${block.timestamp}::double precision)`
+  const lateFrom = sql`to_timestamp(${block.timestamp - lateWindowSeconds}::double precision)`
+  return sql`
+    WITH t AS (
+      SELECT t.tx_hash, t.address, t.amount, t.asset, t.position, (t.ord - 1)::int AS ord FROM unnest(
+        ${transfers.map((t) => t.txHash)}::text[],
+        ${transfers.map((t) => t.address)}::text[],
+        ${transfers.map((t) => t.amount.toString())}::numeric[],
+        ${transfers.map((t) => t.asset)}::text[],
+        ${transfers.map((t) => t.position)}::text[]
+      ) WITH ORDINALITY AS t (tx_hash, address, amount, asset, position, ord)
+    ),
+    a AS (SELECT DISTINCT address, asset FROM t),
+    exact AS (
+      SELECT t.ord, w.id, w.kind,
+             (w.expires_at > ${bt} OR EXISTS (SELECT 1 FROM detections d WHERE d.watch_id = w.id AND d.tx_hash = t.tx_hash)) AS live
+      FROM t JOIN watches w
+        ON w.open AND w.chain = ${block.chain} AND w.asset = t.asset AND w.address = t.address AND w.amount_smallest = t.amount
+      WHERE COALESCE(w.start_block, -1) < ${n}::bigint
+    ),
+    opened AS (
+      SELECT a.address, a.asset, o.id FROM a CROSS JOIN LATERAL (
+        SELECT w.id FROM watches w
+        WHERE w.open AND w.chain = ${block.chain} AND w.asset = a.asset AND w.address = a.address AND w.kind = 'payment'
+          AND w.expires_at > ${bt} AND COALESCE(w.start_block, -1) < ${n}::bigint
+        LIMIT 2
+      ) o
+    ),
+    underpaid AS (
+      SELECT p.id FROM (SELECT DISTINCT address FROM a) a
+      JOIN payments p ON p.chain = ${block.chain} AND p.address = a.address AND p.status = 'PENDING' AND p.exception = 'underpaid'
+    ),
+    late_open AS (
+      SELECT w.id, a.address, a.asset FROM a JOIN watches w
+        ON w.open AND w.chain = ${block.chain} AND w.asset = a.asset AND w.address = a.address AND w.kind = 'payment'
+      WHERE w.expires_at <= ${bt} AND w.expires_at > ${lateFrom} AND COALESCE(w.start_block, -1) < ${n}::bigint
+    ),
+    late_expired AS (
+      SELECT p.id, a.address, a.asset, p.amount_smallest - p.amount_received AS remainder FROM a
+      JOIN payments p ON p.status = 'EXPIRED' AND p.chain = ${block.chain} AND p.address = a.address
+        AND p.expires_at <= ${bt} AND p.expires_at > ${lateFrom}
+      JOIN watches w ON w.id = p.id AND w.asset = a.asset
+      WHERE p.tx_hash IS NULL AND COALESCE(w.start_block, -1) < ${n}::bigint
+    ),
+    remined AS (
+      SELECT DISTINCT ON (t.ord) t.ord, tr.payment_id, tr.attribution
+      FROM t JOIN transfers tr ON tr.chain = ${block.chain} AND tr.tx_hash = t.tx_hash AND tr.position = t.position
+      WHERE tr.orphaned_at IS NOT NULL AND tr.payment_id IS NOT NULL
+      ORDER BY t.ord, tr.id DESC
+    ),
+    ids AS (
+      SELECT id FROM exact WHERE kind = 'payment'
+      UNION SELECT id FROM opened UNION SELECT id FROM underpaid UNION SELECT id FROM late_open
+      UNION SELECT id FROM late_expired l WHERE EXISTS (
+        SELECT 1 FROM t WHERE t.address = l.address AND t.asset = l.asset AND t.amount = l.remainder)
+      UNION SELECT payment_id FROM remined
+    ),
+    pay AS (
+      SELECT p.id, p.account_id, p.address, w.asset, p.amount_smallest::text AS amount, p.amount_received::text AS received,
+             p.tx_hash IS NOT NULL AS complete, p.status,
+             (w.open AND p.status = 'PENDING' AND p.expires_at > ${bt} AND COALESCE(w.start_block, -1) < ${n}::bigint) AS open,
+             (p.status <> 'PAID' AND p.expires_at <= ${bt} AND p.expires_at > ${lateFrom}
+              AND COALESCE(w.start_block, -1) < ${n}::bigint) AS late
+      FROM ids JOIN payments p ON p.id = ids.id JOIN watches w ON w.id = p.id
+    )
+    SELECT json_build_object(
+      'payments', COALESCE((SELECT json_agg(pay) FROM pay), '[]'::json),
+      'exact', COALESCE((SELECT json_agg(exact) FROM exact), '[]'::json),
+      'remined', COALESCE((SELECT json_agg(remined) FROM remined), '[]'::json),
+      'opened', COALESCE((SELECT json_agg(o) FROM (SELECT address, asset, count(*)::int AS count FROM opened GROUP BY 1, 2) o),
+                         '[]'::json),
+      'watched', COALESCE((SELECT json_agg(x) FROM (
+        SELECT address, asset FROM opened UNION SELECT address, asset FROM late_open
+        UNION SELECT address, asset FROM late_expired) x), '[]'::json)
+    ) AS candidates`.pipe(
+    Effect.flatMap(decodeCandidates),
+    Effect.orDie,
+    Effect.map(([{ candidates }]): Candidates => ({
+      payments: candidates.payments.map((p): PaymentCandidate => ({
+        id: p.id,
+        accountId: p.account_id,
+        address: p.address,
+        asset: p.asset,
+        amount: p.amount,
+        received: p.received,
+        complete: p.complete,
+        status: p.status,
+        open: p.open,
+        late: p.late
+      })),
+      exact: new Map(candidates.exact.map((e) => [e.ord, { kind: e.kind, id: e.id, live: e.live }])),
+      remined: new Map(candidates.remined.map((r) => [r.ord, { paymentId: r.payment_id, attribution: r.attribution }])),
+      openCount: new Map(candidates.opened.map((o) => [addressKey(o.address, o.asset), o.count])),
+      watched: new Set(candidates.watched.map((w) => addressKey(w.address, w.asset)))
+    }))
+  )
+}
+
+interface DonationRow {
+  readonly kind: "intent" | "challenge"
+  readonly id: string
+  readonly account_id: string | null
+  readonly chain: DonationChainName
+  readonly address: string
+  readonly amount_smallest: string
+  readonly usd_amount: string
+  readonly callback_url: string | null
+  readonly tx_hash: string
+}
+
+/**
+ * Writes an attribution in one statement: the recorded transfers (a replayed block collides on
+ * their key), the payments' sums and exceptions (the completing transfer sets `tx_hash`; a
+ * late one leaves the payment EXPIRED and closes its watch), the confirmed intents and
+ * challenges (activating a signup's subscription), and the detections. Returns the confirmed
+ * intents and challenges.
+ */
+export const writeAttribution = (sql: SqlClient.SqlClient, block: BlockContext, result: AttributionResult) => {
+  const n = block.number.toString()
+  const payments = [...result.payments.values()]
+  const attributions: Array<Attribution | null> = result.recorded.map((r) => r.attribution)
+  return sql<DonationRow>`
+    WITH rec AS (
+      INSERT INTO transfers (chain, asset, address, tx_hash, position, amount, block_number, block_hash, block_time,
+                             payment_id, attribution)
+      SELECT ${block.chain}, r.asset, r.address, r.tx_hash, r.position, r.amount, ${n}::bigint, ${block.hash},
+             to_timestamp(${block.timestamp}::double precision), r.payment_id, r.attribution
+      FROM unnest(
+        ${result.recorded.map((r) => r.transfer.asset)}::text[],
+        ${result.recorded.map((r) => r.transfer.address)}::text[],
+        ${result.recorded.map((r) => r.transfer.txHash)}::text[],
+        ${result.recorded.map((r) => r.transfer.position)}::text[],
+        ${result.recorded.map((r) => r.transfer.amount.toString())}::numeric[],
+        ${result.recorded.map((r) => r.paymentId)}::uuid[],
+        ${attributions}::text[]
+      ) AS r (asset, address, tx_hash, position, amount, payment_id, attribution)
+      ON CONFLICT DO NOTHING
+    ),
+    u AS (
+      SELECT * FROM unnest(
+        ${payments.map((p) => p.candidate.id)}::uuid[],
+        ${payments.map((p) => p.received.toString())}::numeric[],
+        ${payments.map((p) => p.exception)}::text[],
+        ${payments.map((p) => p.completedBy?.txHash ?? null)}::text[],
+        ${payments.map((p) => p.status)}::text[]
+      ) AS u (id, received, exception, tx_hash, status)
+    ),
+    p AS (
+      UPDATE payments SET amount_received = u.received, exception = u.exception, status = u.status,
+        tx_hash = COALESCE(u.tx_hash, payments.tx_hash),
+        block_number = CASE WHEN u.tx_hash IS NULL THEN payments.block_number ELSE ${n}::bigint END,
+        block_hash = CASE WHEN u.tx_hash IS NULL THEN payments.block_hash ELSE ${block.hash} END,
+        confirmations = CASE WHEN u.tx_hash IS NULL THEN payments.confirmations ELSE 0 END
+      FROM u WHERE payments.id = u.id
+      RETURNING payments.id, u.tx_hash AS completed_tx, payments.status
+    ),
+    expired AS (
+      UPDATE watches SET open = false WHERE open AND id IN (SELECT id FROM p WHERE status = 'EXPIRED')
+    ),
+    m AS (
+      SELECT * FROM unnest(
+        ${result.donations.map((d) => d.kind)}::text[],
+        ${result.donations.map((d) => d.id)}::uuid[],
+        ${result.donations.map((d) => d.txHash)}::text[]
+      ) AS m (kind, id, tx_hash)
+    ),
+    i AS (
+      UPDATE signup_intents SET status = 'CONFIRMED', tx_hash = m.tx_hash, confirmed_at = now()
+      FROM m
+      WHERE m.kind = 'intent' AND signup_intents.id = m.id AND signup_intents.status = 'PENDING'
+      RETURNING signup_intents.id, signup_intents.account_id, signup_intents.chain, signup_intents.address,
+                signup_intents.amount_smallest, signup_intents.usd_amount, signup_intents.tx_hash
+    ),
+    c AS (
+      UPDATE challenges SET status = 'CONFIRMED', tx_hash = m.tx_hash, confirmed_at = now()
+      FROM m
+      WHERE m.kind = 'challenge' AND challenges.id = m.id AND challenges.status = 'PENDING'
+      RETURNING challenges.id, challenges.chain, challenges.address, challenges.amount_smallest,
+                challenges.usd_amount, challenges.callback_url, challenges.tx_hash
+    ),
+    activated AS (
+      UPDATE subscriptions SET status = 'active', updated_at = now()
+      FROM i WHERE subscriptions.account_id = i.account_id AND subscriptions.status = 'pending'
+    ),
+    closed AS (
+      UPDATE watches SET open = false WHERE id IN (SELECT id FROM i UNION ALL SELECT id FROM c)
+    ),
+    recorded AS (
+      INSERT INTO detections (watch_id, kind, chain, tx_hash, block_number, block_hash)
+      SELECT id, 'payment', ${block.chain}, completed_tx, ${n}::bigint, ${block.hash} FROM p WHERE completed_tx IS NOT NULL
+      UNION ALL SELECT id, 'intent', ${block.chain}, tx_hash, ${n}::bigint, ${block.hash} FROM i
+      UNION ALL SELECT id, 'challenge', ${block.chain}, tx_hash, ${n}::bigint, ${block.hash} FROM c
+      ON CONFLICT DO NOTHING
+    )
+    SELECT 'intent' AS kind, id, account_id, chain, address, amount_smallest::text AS amount_smallest,
+           usd_amount::text AS usd_amount, NULL AS callback_url, tx_hash FROM i
+    UNION ALL
+    SELECT 'challenge', id, NULL, chain, address, amount_smallest::text, usd_amount::text, callback_url, tx_hash FROM c`
+}
+
+/**
+ * The exception of a payment row for `received` (an SQL expression), as `exceptionOf` decides
+ * it: none, underpaid, paid late (EXPIRED), overpaid.
+ */
+const exceptionSql = (sql: SqlClient.SqlClient, received: string) =>
+  sql.unsafe(`CASE WHEN ${received} = 0 THEN NULL WHEN ${received} < payments.amount_smallest THEN 'underpaid'
+    WHEN payments.status = 'EXPIRED' THEN 'paid_late' WHEN ${received} > payments.amount_smallest THEN 'overpaid'
+    ELSE NULL END`)
+
+/**
+ * Marks the chain's transfers from `fromNumber` on as orphaned and takes them out of their
+ * payments' sums (exception recomputed). Before the detections' own reorg statement, which
+ * resets a not yet PAID payment's transaction.
+ */
+export const orphanTransfers = (sql: SqlClient.SqlClient, chain: ChainName, fromNumber: bigint) =>
+  sql`
+    WITH orphan AS (
+      UPDATE transfers SET orphaned_at = clock_timestamp()
+      WHERE chain = ${chain} AND orphaned_at IS NULL AND block_number >= ${fromNumber.toString()}::bigint
+      RETURNING payment_id, amount
+    ),
+    lost AS (SELECT payment_id, sum(amount) AS amount FROM orphan WHERE payment_id IS NOT NULL GROUP BY payment_id)
+    UPDATE payments SET amount_received = payments.amount_received - lost.amount,
+      exception = ${exceptionSql(sql, "(payments.amount_received - lost.amount)")}
+    FROM lost WHERE payments.id = lost.payment_id`.pipe(Effect.asVoid)

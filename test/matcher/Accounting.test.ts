@@ -1,0 +1,158 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { subscribe } from "../support/TestApp.ts"
+import { block, type Harness, hook, makeHarness, reorg, txHash } from "./harness.ts"
+
+/** Heights far above the test node's, so that the app's own ingesters never collide with them. */
+const above = (startBlock: bigint) => startBlock + 1_000_000_000n
+
+interface Payment {
+  readonly id: string
+  readonly key: string
+  readonly address: string
+  readonly amount: bigint
+  readonly n: bigint
+}
+
+/** A merchant account with `address` registered and a PENDING ethereum payment on it. */
+const createPayment = (h: Harness, address: string, usd = "20", key?: string) =>
+  Effect.gen(function*() {
+    const apiKey = key ?? (yield* subscribe(h.app))
+    yield* h.app.request("POST", "/addresses", { key: apiKey, json: { chain: "ethereum", addresses: [address] } })
+    const created = yield* h.app.request("POST", "/payments", {
+      key: apiKey,
+      json: { usd_amount: usd, chain: "ethereum", callback_url: hook }
+    })
+    expect(created.status).toBe(200)
+    const [row] = yield* h.sql<{ start_block: string }>`
+      SELECT start_block::text AS start_block FROM watches WHERE id = ${created.body.payment_id}`.pipe(Effect.orDie)
+    return {
+      id: created.body.payment_id as string,
+      key: apiKey,
+      address: created.body.address as string,
+      amount: BigInt(created.body.amount_wei),
+      n: above(BigInt(row!.start_block))
+    } satisfies Payment
+  })
+
+const row = (h: Harness, p: Payment) =>
+  Effect.map(
+    h.sql<{ status: string; tx_hash: string | null; amount_received: string; exception: string | null; confirmations: number }>`
+      SELECT status, tx_hash, amount_received::text AS amount_received, exception, confirmations
+      FROM payments WHERE id = ${p.id}`.pipe(Effect.orDie),
+    (rows) => rows[0]!
+  )
+
+const transfers = (h: Harness) =>
+  h.sql<{ tx_hash: string; payment_id: string | null; attribution: string | null; orphaned: boolean; amount: string }>`
+    SELECT tx_hash, payment_id, attribution, orphaned_at IS NOT NULL AS orphaned, amount::text AS amount
+    FROM transfers ORDER BY id`.pipe(Effect.orDie)
+
+const events = (h: Harness) =>
+  h.sql<{ id: string; type: string }>`SELECT id, type FROM outbox_events ORDER BY created_at, id`.pipe(Effect.orDie)
+
+const deliveries = (h: Harness) =>
+  h.sql<{ id: string }>`SELECT id FROM webhook_deliveries`.pipe(Effect.orDie)
+
+const addr = (k: number) => `0x${k.toString(16).padStart(40, "a")}`
+
+describe("matcher: every cent accounted for", { timeout: 120_000 }, () => {
+  it.live("underpaid, then a top-up of the exact remainder pays it with one callback", () =>
+    Effect.gen(function*() {
+      const h = yield* makeHarness("embedded")
+      const p = yield* createPayment(h, addr(1))
+      const other = yield* createPayment(h, addr(1), "21")
+      const first = txHash()
+      const part = p.amount / 3n
+      yield* h.publish(block("ethereum", p.n, [{ to: p.address, value: p.amount - part, txHash: first }]))
+      yield* h.settled("ethereum")
+      // Two payments open there: a wrong amount is nobody's.
+      expect(yield* row(h, p)).toMatchObject({ status: "PENDING", amount_received: "0", exception: null })
+      expect((yield* transfers(h)).map((t) => t.payment_id)).toEqual([null])
+      // The other is paid: now p is the only one open, and takes any amount.
+      yield* h.publish(block("ethereum", p.n + 1n, [{ to: p.address, value: other.amount }]), block("ethereum", p.n + 2n, []))
+      yield* h.publish(block("ethereum", p.n + 3n, [{ to: p.address, value: p.amount - part - 5n }]))
+      yield* h.settled("ethereum")
+      expect(yield* row(h, p)).toMatchObject({
+        status: "PENDING",
+        tx_hash: null,
+        amount_received: (p.amount - part - 5n).toString(),
+        exception: "underpaid"
+      })
+      const topUp = txHash()
+      yield* h.publish(block("ethereum", p.n + 4n, [{ to: p.address, value: part + 5n, txHash: topUp }]))
+      yield* h.settled("ethereum")
+      expect(yield* row(h, p)).toMatchObject({ status: "PENDING", tx_hash: topUp, amount_received: p.amount.toString(), exception: null })
+      yield* h.publish(block("ethereum", p.n + 5n, []))
+      yield* h.settled("ethereum")
+      expect(yield* row(h, p)).toMatchObject({ status: "PAID", tx_hash: topUp, exception: null })
+      expect((yield* deliveries(h)).map((d) => d.id).sort()).toEqual([`payment.paid:${other.id}`, `payment.paid:${p.id}`].sort())
+      expect((yield* events(h)).filter((e) => e.type === "payment.underpaid")).toHaveLength(1)
+      expect((yield* events(h)).filter((e) => e.type === "transfer.unattributed")).toHaveLength(1)
+    }).pipe(Effect.scoped))
+
+  it.live("several transfers in one block: attributed in order of position; replaying the block changes nothing", () =>
+    Effect.gen(function*() {
+      const h = yield* makeHarness("embedded")
+      const p = yield* createPayment(h, addr(2))
+      const b = block("ethereum", p.n, [
+        { to: p.address, value: 10n },
+        { to: p.address, value: p.amount - 10n },
+        { to: p.address, value: 7n }
+      ])
+      yield* h.publish(b)
+      yield* h.settled("ethereum")
+      const after = yield* row(h, p)
+      expect(after).toMatchObject({ amount_received: (p.amount + 7n).toString(), exception: "overpaid", tx_hash: b.transfers[1]!.txHash })
+      expect((yield* transfers(h)).map((t) => t.attribution)).toEqual(["sole", "remainder", "sole"])
+      const before = { transfers: yield* transfers(h), events: yield* events(h) }
+      yield* h.publish(b, b)
+      yield* h.publish(block("ethereum", p.n + 1n, []))
+      yield* h.settled("ethereum")
+      expect(yield* transfers(h)).toEqual(before.transfers)
+      expect(yield* events(h)).toEqual([...before.events, { id: `payment.paid:${p.id}`, type: "payment.paid" }])
+      expect(yield* row(h, p)).toMatchObject({ status: "PAID", exception: "overpaid", amount_received: after.amount_received })
+    }).pipe(Effect.scoped))
+
+  it.live("late: mined after expiry within the window → EXPIRED, paid_late, no callback", () =>
+    Effect.gen(function*() {
+      const h = yield* makeHarness("embedded")
+      const p = yield* createPayment(h, addr(3))
+      const [e] = yield* h.sql<{ expires: number }>`
+        SELECT extract(epoch FROM expires_at)::float8 AS expires FROM payments WHERE id = ${p.id}`.pipe(Effect.orDie)
+      const late = Math.ceil(e!.expires) + 60
+      yield* h.publish(block("ethereum", p.n, [{ to: p.address, value: p.amount }], { timestamp: late }))
+      yield* h.publish(block("ethereum", p.n + 1n, [], { timestamp: late + 12 }), block("ethereum", p.n + 2n, [], { timestamp: late + 24 }))
+      yield* h.settled("ethereum")
+      expect(yield* row(h, p)).toMatchObject({ status: "EXPIRED", tx_hash: null, amount_received: p.amount.toString(), exception: "paid_late" })
+      expect(yield* deliveries(h)).toEqual([])
+      expect((yield* events(h)).map((x) => x.type)).toEqual(["payment.paid_late"])
+      expect((yield* transfers(h)).map((t) => t.attribution)).toEqual(["late"])
+    }).pipe(Effect.scoped))
+
+  it.live("a reorg takes an attributed transfer out of the sum; re-mined, it counts again", () =>
+    Effect.gen(function*() {
+      const h = yield* makeHarness("embedded")
+      const p = yield* createPayment(h, addr(4))
+      const a = txHash()
+      const b = txHash()
+      yield* h.publish(
+        block("ethereum", p.n, [{ to: p.address, value: 100n, txHash: a }]),
+        block("ethereum", p.n + 1n, [{ to: p.address, value: p.amount - 100n, txHash: b }])
+      )
+      yield* h.settled("ethereum")
+      expect(yield* row(h, p)).toMatchObject({ tx_hash: b, amount_received: p.amount.toString(), exception: null })
+      yield* h.publish(reorg("ethereum", p.n + 1n, p.n + 1n))
+      yield* h.settled("ethereum")
+      expect(yield* row(h, p)).toMatchObject({ status: "PENDING", tx_hash: null, amount_received: "100", exception: "underpaid" })
+      expect((yield* transfers(h)).map((t) => t.orphaned)).toEqual([false, true])
+      yield* h.publish(
+        block("ethereum", p.n + 1n, [], { fork: "b", parentFork: "a" }),
+        block("ethereum", p.n + 2n, [{ to: p.address, value: p.amount - 100n, txHash: b }], { fork: "b" }),
+        block("ethereum", p.n + 3n, [], { fork: "b" })
+      )
+      yield* h.settled("ethereum")
+      expect(yield* row(h, p)).toMatchObject({ status: "PAID", tx_hash: b, amount_received: p.amount.toString(), exception: null })
+      expect(yield* deliveries(h)).toHaveLength(1)
+    }).pipe(Effect.scoped))
+})
