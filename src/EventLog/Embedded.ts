@@ -7,10 +7,10 @@
  * order, consumer groups with explicit cumulative commits, redelivery of uncommitted records
  * to the next subscriber of a group, lag, `fromBeginning`, retention.
  *
- * Durable: `publish` resolves once its statement has committed, so when the ingester then
- * moves its cursor past a block, the block is in the database, and a crash (even kill -9)
- * while the matcher has not applied it loses nothing: the next matcher reads it from the
- * group's committed offset.
+ * Durable: `publish` resolves once its statement has committed, and the commit is on disk no
+ * later than the ingester's cursor write that follows it (see `unflushed`), so a cursor past a
+ * block means the block is in the database, and a crash (even kill -9) while the matcher has
+ * not applied it loses nothing: the next matcher reads it from the group's committed offset.
  *
  * - `publish` is ONE statement (so one short transaction): per (topic, partition) it bumps
  *   the partition row's `high` by the record count, which locks the row until commit, so
@@ -131,6 +131,21 @@ export const makeEmbedded = (
         )
       })
 
+    /**
+     * Runs `statement` in a transaction of its own whose commit does not wait for its WAL
+     * flush (inside a caller's transaction: as part of that). Visible at once, and durable no
+     * later than the next commit that does wait, since the WAL is flushed in order: the
+     * ingester's cursor write after a publish, the matcher's transaction before a commit.
+     * A crash of the database server before then loses the publish together with the cursor
+     * write (the ingester publishes again) or an offset commit (the records are delivered
+     * again). What a publish saves is a disk flush on every block's path to its callback.
+     */
+    const unflushed = <A, E, R>(statement: Effect.Effect<A, E, R>) =>
+      Effect.flatMap(Effect.serviceOption(SqlClient.TransactionConnection), (outer) =>
+        Option.isSome(outer)
+          ? statement
+          : sql.withTransaction(Effect.zipRight(sql`SET LOCAL synchronous_commit = off`, statement)))
+
     /** Creates the topic unless it exists; its partition count either way. */
     const topicPartitions = (name: string, partitions: number): Effect.Effect<number, EventLogError> =>
       Effect.suspend(() => {
@@ -238,6 +253,7 @@ export const makeEmbedded = (
               AND x."offset" < parts.high - ${maxUnreadRecords}
           )
           SELECT topic, partition, high::text AS high FROM parts`.pipe(
+          unflushed,
           Effect.mapError(failed("publish")),
           Effect.flatMap((rows) => Effect.orDie(decodeHighs(rows)))
         )
@@ -267,6 +283,7 @@ export const makeEmbedded = (
             (SELECT committed FROM moved),
             (SELECT min(coalesce(committed, -1)) FROM event_log_readers
              WHERE topic = ${topic} AND partition = ${partition} AND group_id <> ${groupId}))`.pipe(
+        unflushed,
         Effect.mapError(failed("commit")),
         Effect.asVoid
       )
