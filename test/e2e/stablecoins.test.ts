@@ -79,14 +79,30 @@ layer(withToken, { excludeTestServices: true })("stablecoin payments", (it) => {
         usd_amount: "12.5",
         expires_at: expect.any(String),
         asset: "USDC",
-        token_contract: usdc
+        token_contract: usdc,
+        amount_received_wei: "0",
+        amount_received_native: "0",
+        exception: null,
+        confirmations_required: 2,
+        wait_for_finality: false
       })
       // The same amount again on the same address and token is raised by one unit; in ETH it is its own.
       expect((yield* create({ usd_amount: "12.5", asset: "USDC" })).body.amount_wei).toBe("12500001")
       const inEth = (yield* create({ usd_amount: "12.5" })).body
-      expect(Object.keys(inEth).sort()).toEqual(
-        ["address", "amount_native", "amount_wei", "chain", "expires_at", "payment_id", "usd_amount"]
-      )
+      expect(Object.keys(inEth).sort()).toEqual([
+        "address",
+        "amount_native",
+        "amount_received_native",
+        "amount_received_wei",
+        "amount_wei",
+        "chain",
+        "confirmations_required",
+        "exception",
+        "expires_at",
+        "payment_id",
+        "usd_amount",
+        "wait_for_finality"
+      ])
 
       const sent = yield* call("TestToken", usdc, "transfer", [shop, 12_500_000n])
       expect(sent.status).toBe("success")
@@ -102,7 +118,12 @@ layer(withToken, { excludeTestServices: true })("stablecoin payments", (it) => {
         tx_hash: sent.hash,
         confirmations: 2,
         asset: "USDC",
-        token_contract: usdc
+        token_contract: usdc,
+        amount_received_wei: "12500000",
+        amount_received_native: "12.5",
+        exception: null,
+        confirmations_required: 2,
+        wait_for_finality: false
       })
       const [callback] = yield* receiver.waitFor(1)
       expect(callback!.body).toEqual({
