@@ -135,7 +135,8 @@ export const makeEmbedded = (
      * Runs `statement` in a transaction of its own whose commit does not wait for its WAL
      * flush (inside a caller's transaction: as part of that). Visible at once, and durable no
      * later than the next commit that does wait, since the WAL is flushed in order: the
-     * ingester's cursor write after a publish, the matcher's transaction before a commit.
+     * ingester's cursor write after a publish, the matcher's next transaction after an offset
+     * commit.
      * A crash of the database server before then loses the publish together with the cursor
      * write (the ingester publishes again) or an offset commit (the records are delivered
      * again). What a publish saves is a disk flush on every block's path to its callback.
