@@ -13,6 +13,7 @@ import {
 } from "./Http/Errors.ts"
 import { ALLOWED_TEXT_PATTERN } from "./Http/RequestGuard.ts"
 import { PaymentsApi } from "./Payments/Api.ts"
+import { TransfersApi } from "./Transfers/Api.ts"
 
 type Json = { [key: string]: unknown }
 
@@ -115,6 +116,7 @@ export class ConfirmdApi extends HttpApi.make("confirmd")
   .add(AgentsApi)
   .add(AddressesApi)
   .add(PaymentsApi)
+  .add(TransfersApi)
   .add(AccountApi)
   .addError(ValidationErrorResponse)
   .addError(PayloadTooLargeResponse)

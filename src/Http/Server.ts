@@ -25,6 +25,7 @@ import { AgentsLive } from "../Health/Http.ts"
 import { drainableServer } from "../Ops/HttpDrain.ts"
 import { OpsRoutesLive, withHttpMetrics } from "../Ops/Http.ts"
 import { PaymentsLive } from "../Payments/Http.ts"
+import { TransfersLive } from "../Transfers/Http.ts"
 import { internalError, notFound, payloadTooLarge, replicaStoodDown, validationError, type ValidationIssue } from "./Errors.ts"
 import { SchemaFence } from "../Supervision/SchemaFence.ts"
 import { makeRequestGuard } from "./RequestGuard.ts"
@@ -99,7 +100,7 @@ export const withRequestId = HttpMiddleware.make((app) =>
 )
 
 const ApiLive = HttpApiBuilder.api(ConfirmdApi).pipe(
-  Layer.provide([PublicLive, AccountLive, AddressesLive, PaymentsLive, ChallengesLive, AgentsLive]),
+  Layer.provide([PublicLive, AccountLive, AddressesLive, PaymentsLive, TransfersLive, ChallengesLive, AgentsLive]),
   Layer.provide(AuthenticationLive)
 )
 

@@ -1,0 +1,96 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { subscribe } from "../support/TestApp.ts"
+import { block, type Harness, hook, makeHarness, txHash } from "../matcher/harness.ts"
+
+const SHARED = "0x4444444444444444444444444444444444444444"
+const SOLO = "0x5555555555555555555555555555555555555555"
+
+/** Heights far above the test node's, so that the app's own ingesters never collide with them. */
+const above = (startBlock: bigint) => startBlock + 1_000_000_000n
+
+const pay = (h: Harness, key: string, address: string, usd: string) =>
+  Effect.gen(function*() {
+    yield* h.app.request("POST", "/addresses", { key, json: { chain: "ethereum", addresses: [address] } })
+    const created = yield* h.app.request("POST", "/payments", { key, json: { usd_amount: usd, chain: "ethereum", callback_url: hook } })
+    expect(created.status).toBe(200)
+    const [row] = yield* h.sql<{ start_block: string }>`
+      SELECT start_block::text AS start_block FROM watches WHERE id = ${created.body.payment_id}`.pipe(Effect.orDie)
+    return { id: created.body.payment_id as string, amount: BigInt(created.body.amount_wei), n: above(BigInt(row!.start_block)) }
+  })
+
+const list = (h: Harness, key: string, query = "") => h.app.request("GET", `/transfers${query}`, { key })
+
+describe("GET /transfers", { timeout: 120_000 }, () => {
+  it.live("filters, pages with a cursor, bounds the limit, and shows another account nothing", () =>
+    Effect.gen(function*() {
+      const h = yield* makeHarness("embedded")
+      const alice = yield* subscribe(h.app)
+      const bob = yield* subscribe(h.app)
+      const carol = yield* subscribe(h.app)
+      // Carol registered the shared address too, but has no payment there.
+      yield* h.app.request("POST", "/addresses", { key: carol, json: { chain: "ethereum", addresses: [SHARED] } })
+      const a = yield* pay(h, alice, SHARED, "20")
+      const b = yield* pay(h, bob, SHARED, "21")
+      const solo = yield* pay(h, alice, SOLO, "22")
+      const odd = txHash()
+      const exact = txHash()
+      yield* h.publish(block("ethereum", a.n, [
+        { to: SHARED, value: 12345n, txHash: odd },
+        { to: SHARED, value: a.amount, txHash: exact },
+        { to: SOLO, value: 1n },
+        { to: SOLO, value: 2n },
+        { to: SOLO, value: 3n }
+      ]))
+      yield* h.settled("ethereum")
+
+      const all = yield* list(h, alice)
+      expect(all.status).toBe(200)
+      expect(all.body.next_cursor).toBeNull()
+      expect(all.body.transfers.map((t: { amount_wei: string }) => t.amount_wei)).toEqual(["3", "2", "1", a.amount.toString(), "12345"])
+      expect(all.body.transfers[4]).toEqual({
+        chain: "ethereum",
+        address: SHARED,
+        asset: "native",
+        tx_hash: odd,
+        block_number: Number(a.n),
+        amount_wei: "12345",
+        amount_native: "0.000000000000012345",
+        confirmations: 1,
+        payment_id: null
+      })
+      expect(all.body.transfers.filter((t: { payment_id: string | null }) => t.payment_id === solo.id)).toHaveLength(3)
+
+      // Bob had a payment open on the shared address: the unattributed one, not Alice's.
+      const bobs = yield* list(h, bob)
+      expect(bobs.body.transfers.map((t: { tx_hash: string; payment_id: string | null }) => [t.tx_hash, t.payment_id]))
+        .toEqual([[odd, null]])
+      // Carol had none: nothing.
+      expect((yield* list(h, carol)).body.transfers).toEqual([])
+
+      expect((yield* list(h, alice, `?payment_id=${a.id}`)).body.transfers.map((t: { tx_hash: string }) => t.tx_hash)).toEqual([exact])
+      expect((yield* list(h, alice, `?address=${SHARED}`)).body.transfers).toHaveLength(2)
+      expect((yield* list(h, alice, "?chain=bnb")).body.transfers).toEqual([])
+
+      // Pages of two, following the cursor, cover everything once.
+      const seen: Array<string> = []
+      let cursor: string | null = ""
+      while (cursor !== null) {
+        const page = yield* list(h, alice, `?limit=2${cursor === "" ? "" : `&cursor=${cursor}`}`)
+        expect(page.status).toBe(200)
+        expect(page.body.transfers.length).toBeLessThanOrEqual(2)
+        seen.push(...page.body.transfers.map((t: { amount_wei: string }) => t.amount_wei))
+        cursor = page.body.next_cursor
+      }
+      expect(seen).toEqual(all.body.transfers.map((t: { amount_wei: string }) => t.amount_wei))
+
+      for (const bad of ["?limit=0", "?limit=1001", "?limit=abc", "?cursor=bm9wZQ", "?chain=mars", "?payment_id=x"]) {
+        const refused = yield* list(h, alice, bad)
+        expect(refused.status, bad).toBe(422)
+        expect(refused.body.error.code).toBe("validation_error")
+      }
+      const anonymous = yield* h.app.request("GET", "/transfers")
+      expect(anonymous.status).toBe(401)
+      expect(anonymous.body.error.code).toBe("unauthorized")
+    }).pipe(Effect.scoped))
+})
