@@ -34,5 +34,6 @@ export const migrations: ReadonlyArray<MigrationEntry> = [
   { file: "00012_event_log", previousReleaseSurvives: true, load: () => import("./00012_event_log.ts") },
   { file: "00013_webhooks_before_signing", previousReleaseSurvives: true, load: () => import("./00013_webhooks_before_signing.ts") },
   { file: "00014_accounting", previousReleaseSurvives: true, load: () => import("./00014_accounting.ts") },
+  { file: "00015_amount_steps", previousReleaseSurvives: true, load: () => import("./00015_amount_steps.ts") },
   { file: "00016_transfer_lookups", previousReleaseSurvives: true, load: () => import("./00016_transfer_lookups.ts") }
 ]

@@ -172,3 +172,39 @@ export const formatSmallest = (amount: bigint, decimals: number): string => {
 export const nativeToSmallest = (text: string, decimals: number): Option.Option<bigint> =>
   Option.flatMap(parseDecimal(text), (d) =>
     d.scale > decimals ? Option.none() : Option.some(d.value * ten(decimals - d.scale)))
+
+/**
+ * The amount step: the largest power of ten of smallest units worth at most `stepUsd` at
+ * `priceUsd` per whole token, so that an amount a person types has no more decimals than that
+ * step. Never below one smallest unit (`stepUsd` 0, or a token worth more than `stepUsd` per
+ * smallest unit) and never above one whole token (beyond that a step only rounds whole tokens,
+ * which nobody has trouble typing). `priceUsd` must be positive.
+ */
+export const amountStep = (priceUsd: BigDecimal.BigDecimal, decimals: number, stepUsd: BigDecimal.BigDecimal): bigint => {
+  // 10^k smallest units are worth price·10^(k − decimals) USD.
+  const fits = (k: number) => BigDecimal.lessThanOrEqualTo(BigDecimal.make(priceUsd.value * ten(k), priceUsd.scale + decimals), stepUsd)
+  const exponent = Array.from({ length: decimals + 1 }, (_, i) => decimals - i).find(fits) ?? 0
+  return ten(exponent)
+}
+
+/** Decimals an amount on `step` shows at most: 10^k smallest units of a `decimals` asset → decimals − k. */
+export const stepDecimals = (step: bigint, decimals: number): number => decimals - (step.toString().length - 1)
+
+/** The least multiple of `step` that is ≥ `amount` (`step` positive). */
+export const roundUpToStep = (amount: bigint, step: bigint): bigint => ((amount + step - 1n) / step) * step
+
+/**
+ * The amount to ask for `usd` at `priceUsd`: `usdToSmallest` rounded up to the step worth at
+ * most `stepUsd` (see `amountStep`), so the merchant never receives less than asked and the
+ * payer pays less than one step more. With `stepUsd` 0 the step is one smallest unit and the
+ * amount is `usdToSmallest`'s.
+ */
+export const steppedAmount = (
+  usd: BigDecimal.BigDecimal,
+  priceUsd: BigDecimal.BigDecimal,
+  decimals: number,
+  stepUsd: BigDecimal.BigDecimal
+): { readonly amount: bigint; readonly step: bigint } => {
+  const step = amountStep(priceUsd, decimals, stepUsd)
+  return { amount: roundUpToStep(usdToSmallest(usd, priceUsd, decimals), step), step }
+}

@@ -1,10 +1,12 @@
 /**
  * Every open expectation (payment, signup intent, challenge) is one row in `watches`. A partial
  * unique index over open watches guarantees that no transfer can match two of them: when the
- * requested amount is taken on that address (for that asset), it is raised by one smallest unit
- * until it is free. The database function `open_watch` (migrations/00009_open_watch.ts, with
- * the run it remembers per requested amount in migrations/00010_taken_runs.ts) does that search
- * and the insert in one call, with openings on one address taking turns.
+ * requested amount is taken on that address (for that asset), it is raised by one step until it
+ * is free. The step is the largest power of ten of smallest units worth at most
+ * `AMOUNT_STEP_USD` at the quoted price, so the amount has no more decimals than a person
+ * types (`steppedAmount`). The database function `open_watch_stepped`
+ * (migrations/00015_amount_steps.ts, with the run it remembers per requested amount and step)
+ * does that search and the insert in one call, with openings on one address taking turns.
  *
  * `open` is the one way a payment, a signup intent or a challenge comes to be: quote (price
  * and chain head, before any transaction), then the caller's write, which opens the watch
@@ -18,12 +20,11 @@
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
 import type { Fragment } from "@effect/sql/Statement"
-import { Duration, Effect, Option, Schema } from "effect"
-import type { BigDecimal } from "effect"
+import { BigDecimal, Config, ConfigError, Duration, Effect, Either, Option, Schema } from "effect"
 import { nativeAsset } from "../Chains/Block.ts"
 import { type ChainName, chains } from "../Domain/Chain.ts"
 import type { TokenDeployment } from "../Domain/Asset.ts"
-import { formatDecimal, formatSmallest, usdToSmallest } from "../Domain/Money.ts"
+import { formatDecimal, formatSmallest, parseDecimal, steppedAmount } from "../Domain/Money.ts"
 import { ChainClients } from "../Chains/ChainClients.ts"
 import { IngesterRegistry } from "../Ingest/IngesterRegistry.ts"
 import { PriceOracle, type PriceUnavailable } from "../Price/PriceOracle.ts"
@@ -41,6 +42,20 @@ export const native: WatchAsset = { _tag: "native" }
 
 /** The asset as transfers carry it: `native`, or the token contract. */
 export const transferAsset = (asset: WatchAsset): string => asset._tag === "native" ? nativeAsset : asset.token.contract
+
+/**
+ * `AMOUNT_STEP_USD` (default 0.01): the most one step of an amount may be worth; 0 keeps every
+ * smallest unit (a step of one).
+ */
+export const AmountStepUsd: Config.Config<BigDecimal.BigDecimal> = Config.string("AMOUNT_STEP_USD").pipe(
+  Config.withDefault("0.01"),
+  Config.mapOrFail((text) =>
+    Either.fromOption(
+      Option.filter(parseDecimal(text.trim()), (d) => !BigDecimal.isNegative(d)),
+      () => ConfigError.InvalidData(["AMOUNT_STEP_USD"], "AMOUNT_STEP_USD must be a decimal number of USD, 0 or more")
+    )
+  )
+)
 
 export const decimalsOf = (chain: ChainName, asset: WatchAsset): number =>
   asset._tag === "native" ? chains[chain].decimals : asset.token.decimals
@@ -102,7 +117,7 @@ export interface CreateRequest<P, E, R> extends WatchRequest {
   readonly insert: (opened: Opened<P>) => Effect.Effect<unknown, E | SqlError, R>
 }
 
-/** The one row of `SELECT open_watch(...)::text AS amount`. */
+/** The one row of `SELECT open_watch_stepped(...)::text AS amount`. */
 const decodeAmount = Schema.decodeUnknown(Schema.Tuple(Schema.Struct({ amount: Schema.BigInt })))
 
 const openedOf = <P>(request: WatchRequest, opening: Opening, written: Written<P>): Opened<P> => ({
@@ -124,6 +139,7 @@ export class Watches extends Effect.Service<Watches>()("confirmd/Watches", {
     const prices = yield* PriceOracle
     const chainClients = yield* ChainClients
     const ingesters = yield* IngesterRegistry
+    const stepUsd = yield* AmountStepUsd
 
     /** The head this replica's ingester saw within three block times (at least 5 s), if any. */
     const recentHead = (chain: ChainName) =>
@@ -132,8 +148,8 @@ export class Watches extends Effect.Service<Watches>()("confirmd/Watches", {
         : Effect.succeedNone
 
     /**
-     * The exact smallest-unit amount for `usd` on `chain` and the head a new watch starts
-     * after (null when the chain is not monitored here); both before any transaction is opened.
+     * The smallest-unit amount for `usd` on `chain`, on its step, and the head a new watch starts
+     * after (null when the chain is not monitored here); all before any transaction is opened.
      * The head is the ingester's when recent, else the node's, asked alongside the price: never
      * ahead of the node, so no later block is skipped.
      */
@@ -141,12 +157,12 @@ export class Watches extends Effect.Service<Watches>()("confirmd/Watches", {
       const price = asset._tag === "native"
         ? prices.usdPrice(chains[chain].symbol)
         : Effect.succeed<BigDecimal.BigDecimal>(asset.token.usdPrice) as Effect.Effect<BigDecimal.BigDecimal, PriceUnavailable>
-      const amountOf = (priceUsd: BigDecimal.BigDecimal) => usdToSmallest(usd, priceUsd, decimalsOf(chain, asset))
+      const amountOf = (priceUsd: BigDecimal.BigDecimal) => steppedAmount(usd, priceUsd, decimalsOf(chain, asset), stepUsd)
       return Effect.flatMap(recentHead(chain), (recent) =>
         Option.isSome(recent) || !chainClients.isEnabled(chain)
           // No fiber forked when only the price may have to be fetched: the usual case.
-          ? Effect.map(price, (priceUsd) => ({ amount: amountOf(priceUsd), head: Option.getOrNull(recent) }))
-          : Effect.zipWith(price, chainClients.head(chain), (priceUsd, head) => ({ amount: amountOf(priceUsd), head }), {
+          ? Effect.map(price, (priceUsd) => ({ ...amountOf(priceUsd), head: Option.getOrNull(recent) }))
+          : Effect.zipWith(price, chainClients.head(chain), (priceUsd, head) => ({ ...amountOf(priceUsd), head }), {
             concurrent: true
           }))
     }
@@ -164,8 +180,8 @@ export class Watches extends Effect.Service<Watches>()("confirmd/Watches", {
           startBlock: quoted.head,
           usdText: formatDecimal(request.usd),
           openOn: (address) =>
-            sql`open_watch(${id}::uuid, ${kind}, ${chain}, ${transferAsset(asset)}, ${address}, ${quoted.amount.toString()}::numeric,
-                           ${startBlock}::bigint, ${expiresAt}::timestamptz)`
+            sql`open_watch_stepped(${id}::uuid, ${kind}, ${chain}, ${transferAsset(asset)}, ${address}, ${quoted.amount.toString()}::numeric,
+                                   ${quoted.step.toString()}::numeric, ${startBlock}::bigint, ${expiresAt}::timestamptz)`
         }
         const written = yield* request.write(opening).pipe(Effect.catchTag("SqlError", Effect.die))
         const opened = openedOf(request, opening, written)
@@ -175,7 +191,8 @@ export class Watches extends Effect.Service<Watches>()("confirmd/Watches", {
             chain,
             address: opened.address,
             asset: transferAsset(asset),
-            amountSmallest: opened.amount.toString()
+            amountSmallest: opened.amount.toString(),
+            stepSmallest: quoted.step.toString()
           })
         )
         return opened

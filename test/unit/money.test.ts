@@ -1,12 +1,16 @@
 import { describe, expect, it } from "@effect/vitest"
 import { BigDecimal, Either, FastCheck as fc, Option, Schema } from "effect"
 import {
+  amountStep,
   decimalFromNumber,
   formatDecimal,
   formatSmallest,
   nativeToSmallest,
   parseDecimal,
   parseUsdAmount,
+  roundUpToStep,
+  stepDecimals,
+  steppedAmount,
   usdToSmallest,
   UsdAmountInput
 } from "../../src/Domain/Money.ts"
@@ -163,5 +167,106 @@ describe("usdToSmallest", () => {
     const asked = u * 10n ** BigInt(decimals) * pDen
     expect(worth(smallest) >= asked).toBe(true)
     expect(worth(smallest - 1n) < asked).toBe(true)
+  })
+})
+
+describe("steppedAmount", () => {
+  const cent = dec("0.01")
+  const zero = dec("0")
+  /** Digits after the decimal point of a native amount as shown. */
+  const shownDecimals = (amount: bigint, decimals: number) => (formatSmallest(amount, decimals).split(".")[1] ?? "").length
+
+  it("steps by the largest power of ten worth at most a cent: 6 decimals for ETH at 3,000, 7 for BTC at 65,000, 2 for USDC and USDT", () => {
+    // 0.000001 ETH = 0.003 USD ≤ 0.01; 0.00001 ETH = 0.03 USD > 0.01.
+    expect(amountStep(dec("3000"), 18, cent)).toBe(10n ** 12n)
+    expect(stepDecimals(10n ** 12n, 18)).toBe(6)
+    // 0.0000001 BTC = 0.0065 USD; 0.000001 BTC = 0.065 USD.
+    expect(amountStep(dec("65000"), 8, cent)).toBe(10n)
+    expect(stepDecimals(10n, 8)).toBe(7)
+    // USDC and USDT: 6 decimals on most chains, 18 on BNB Smart Chain.
+    expect(stepDecimals(amountStep(dec("1"), 6, cent), 6)).toBe(2)
+    expect(stepDecimals(amountStep(dec("1"), 18, cent), 18)).toBe(2)
+  })
+
+  it("rounds the amount up onto the step", () => {
+    // 10 USD at 3,000 is 0.0033333… ETH: 0.003334 ETH.
+    const eth = steppedAmount(dec("10"), dec("3000"), 18, cent)
+    expect(eth).toEqual({ amount: 3334000000000000n, step: 10n ** 12n })
+    expect(formatSmallest(eth.amount, 18)).toBe("0.003334")
+    // 100 USD at 65,000 is 0.00153846… BTC: 0.0015385 BTC.
+    expect(formatSmallest(steppedAmount(dec("100"), dec("65000"), 8, cent).amount, 8)).toBe("0.0015385")
+    expect(formatSmallest(steppedAmount(dec("12.345"), dec("1"), 6, cent).amount, 6)).toBe("12.35")
+    // Already on the step: unchanged.
+    expect(steppedAmount(dec("3"), dec("3000"), 18, cent).amount).toBe(10n ** 15n)
+    expect(roundUpToStep(1n, 10n)).toBe(10n)
+    expect(roundUpToStep(10n, 10n)).toBe(10n)
+    expect(roundUpToStep(11n, 10n)).toBe(20n)
+  })
+
+  it("with AMOUNT_STEP_USD 0 is today's smallest-unit amount", () => {
+    expect(steppedAmount(dec("10"), dec("3000"), 18, zero)).toEqual({ amount: 3333333333333334n, step: 1n })
+    expect(steppedAmount(dec("100"), dec("65000"), 8, zero)).toEqual({ amount: 153847n, step: 1n })
+  })
+
+  it("never steps below one smallest unit nor above one whole token", () => {
+    // One satoshi at 10,000,000 USD per BTC is worth 0.1 USD, more than the step allows.
+    expect(amountStep(dec("10000000"), 8, cent)).toBe(1n)
+    // A token of 0.0001 USD: steps of 100 tokens would be worth a cent, but a step stays a whole token.
+    expect(amountStep(dec("0.0001"), 18, cent)).toBe(10n ** 18n)
+    expect(amountStep(dec("3000"), 0, cent)).toBe(1n)
+  })
+
+  const positiveDecimal = (maxScale: number) =>
+    fc.record({
+      value: fc.bigInt({ min: 1n, max: 10n ** 24n }),
+      scale: fc.integer({ min: -6, max: maxScale })
+    }).map(({ scale, value }) => BigDecimal.make(value, scale))
+  const stepUsd = fc.oneof(
+    fc.constant(zero),
+    fc.constant(cent),
+    fc.record({ value: fc.bigInt({ min: 1n, max: 10n ** 6n }), scale: fc.integer({ min: 0, max: 8 }) })
+      .map(({ scale, value }) => BigDecimal.make(value, scale))
+  )
+  const decimals = fc.constantFrom(0, 2, 6, 8, 18)
+
+  it.prop("is a multiple of the step, worth at least the USD asked and less than that plus one step", [
+    positiveDecimal(18),
+    positiveDecimal(12),
+    decimals,
+    stepUsd
+  ], ([usdAsked, price, d, perStep]) => {
+    const { amount, step } = steppedAmount(usdAsked, price, d, perStep)
+    expect(amount % step).toBe(0n)
+    expect(amount >= step).toBe(true)
+    // amount·price ≥ usd·10^d and (amount − step)·price < usd·10^d, cross-multiplied to integers.
+    const [u, uDen] = asFraction(usdAsked)
+    const [p, pDen] = asFraction(price)
+    const worth = (units: bigint) => units * p * uDen
+    const asked = u * 10n ** BigInt(d) * pDen
+    expect(worth(amount) >= asked).toBe(true)
+    expect(worth(amount - step) < asked).toBe(true)
+  })
+
+  it.prop("shows no more decimals than the step's, and the step is the largest power of ten worth at most AMOUNT_STEP_USD", [
+    positiveDecimal(18),
+    positiveDecimal(12),
+    decimals,
+    stepUsd
+  ], ([usdAsked, price, d, perStep]) => {
+    const { amount, step } = steppedAmount(usdAsked, price, d, perStep)
+    const places = stepDecimals(step, d)
+    expect(step).toBe(10n ** BigInt(d - places))
+    expect(places >= 0 && places <= d).toBe(true)
+    expect(shownDecimals(amount, d) <= places).toBe(true)
+    const [p, pDen] = asFraction(price)
+    const [s, sDen] = asFraction(perStep)
+    // A step's worth, step·price / 10^d, against AMOUNT_STEP_USD, cross-multiplied to integers.
+    const fits = (units: bigint) => units * p * sDen <= s * 10n ** BigInt(d) * pDen
+    expect(step === 1n || fits(step)).toBe(true)
+    expect(step === 10n ** BigInt(d) || !fits(step * 10n)).toBe(true)
+  })
+
+  it.prop("with AMOUNT_STEP_USD 0 equals today's amount", [positiveDecimal(18), positiveDecimal(12), decimals], ([usdAsked, price, d]) => {
+    expect(steppedAmount(usdAsked, price, d, zero)).toEqual({ amount: usdToSmallest(usdAsked, price, d), step: 1n })
   })
 })
