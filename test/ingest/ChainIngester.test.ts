@@ -8,6 +8,7 @@ import * as path from "node:path"
 import { createTestClient, createWalletClient, http, type Hash } from "viem"
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts"
 import { freshDatabase } from "../support/Database.ts"
+import { startRpcProxy } from "../support/RpcProxy.ts"
 import {
   anvilKey,
   anvilUrl,
@@ -236,4 +237,23 @@ describe.each(logKinds)("ChainIngester on anvil through the %s EventLog", (kind)
         Array.from({ length: Number(head - first.lastPublished!.number + 1n) }, (_, i) => first.lastPublished!.number + BigInt(i))
       )
     }), 180_000)
+})
+
+describe("ChainIngester and the node's finalized block", () => {
+  it.scopedLive("a node without the finalized tag: every block is still published, without the height, and nothing fails", () =>
+    Effect.gen(function*() {
+      const proxy = yield* startRpcProxy(anvilUrl(), ["eth_getBlockByNumber:finalized"])
+      const database = yield* freshDatabase
+      const eventLog = yield* makeEventLog("embedded")
+      const seen = yield* collect(eventLog, "ethereum")
+      const registry = yield* startIngesters(eventLog, env(database.url, proxy.url))
+      yield* statusUntil(registry, "ethereum", (s) => s.lastPublished !== null)
+      const { test } = anvilClients(anvilUrl())
+      yield* Effect.promise(() => test.mine({ blocks: 20 }))
+      const head = yield* headOf(anvilUrl())
+      const blocks = blocksOf(yield* until(Ref.get(seen), (all) => blocksOf(all).at(-1)?.number === head))
+      expect(gapsAndRepeats(blocks)).toEqual([])
+      expect(blocks.filter((b) => b.finalized !== undefined)).toEqual([])
+      expect((yield* registry.statuses).get("ethereum")?.restarts).toBe(0)
+    }))
 })

@@ -1,7 +1,9 @@
 /**
  * A JSON-RPC node that lacks some methods: a real HTTP server on 127.0.0.1 that forwards every
  * call (single or batched) to `target`, except the `refused` methods, which it answers with
- * JSON-RPC error -32601 "method not found", as a node without them does.
+ * JSON-RPC error -32601 "method not found", as a node without them does. An entry
+ * `method:param` refuses the method only with that first parameter (e.g.
+ * `eth_getBlockByNumber:finalized`, a node without the block tag).
  */
 import { Effect } from "effect"
 import type { Scope } from "effect"
@@ -11,6 +13,7 @@ import type { AddressInfo } from "node:net"
 interface Call {
   readonly id: unknown
   readonly method: string
+  readonly params?: ReadonlyArray<unknown>
 }
 
 export interface RpcProxy {
@@ -27,7 +30,7 @@ export const startRpcProxy = (
     const asked: Array<string> = []
     const forward = async (call: Call): Promise<unknown> => {
       asked.push(call.method)
-      if (refused.includes(call.method)) {
+      if (refused.includes(call.method) || refused.includes(`${call.method}:${String(call.params?.[0])}`)) {
         return { jsonrpc: "2.0", id: call.id, error: { code: -32601, message: `the method ${call.method} does not exist/is not available` } }
       }
       const response = await fetch(target, {
