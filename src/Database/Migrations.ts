@@ -54,11 +54,30 @@ const migrationWait = Config.integer("MIGRATION_WAIT_SECONDS").pipe(
 const LEGACY_POOL_NAME = "confirmd"
 const LOCK_SESSION_PREFIX = "confirmd-ingester "
 
+/** The advisory lock replicas take in turn to migrate (a session lock: released when its connection closes). */
+const MIGRATION_LOCK = 0x636f6e66 // "conf"
+
+/**
+ * One replica at a time migrates: the others wait here and then find the schema current. The
+ * embedded database has one process and one connection, so no lock there.
+ */
+const oneAtATime = <A, E, R>(embedded: boolean, migrate: Effect.Effect<A, E, R>) =>
+  embedded ? migrate : Effect.scoped(Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    yield* Effect.acquireRelease(
+      Effect.tap(sql.reserve, (connection) => connection.executeRaw("SELECT pg_advisory_lock($1)", [MIGRATION_LOCK])),
+      (connection) => Effect.ignore(connection.executeRaw("SELECT pg_advisory_unlock($1)", [MIGRATION_LOCK]))
+    )
+    return yield* migrate
+  }))
+
 export const runMigrations = (options: {
   readonly embedded: boolean
   /** Stop at this schema version (tests building an earlier release's schema); default all. */
   readonly upTo?: number
-}) =>
+}) => oneAtATime(options.embedded, migrateNow(options))
+
+const migrateNow = (options: { readonly embedded: boolean; readonly upTo?: number }) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const migrationsTableExists = sql`SELECT to_regclass(${MIGRATIONS_TABLE}) IS NOT NULL AS present`.pipe(

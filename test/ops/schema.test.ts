@@ -17,7 +17,7 @@ import type { Json } from "../support/TestApp.ts"
 import { call, freePort, type Service, startService } from "../support/Service.ts"
 
 const connect = (url: string, applicationName?: string) =>
-  PgClient.make({ url: Redacted.make(url), maxConnections: 1, ...(applicationName === undefined ? {} : { applicationName }) })
+  PgClient.make({ url: Redacted.make(url), maxConnections: 2, ...(applicationName === undefined ? {} : { applicationName }) })
     .pipe(Effect.provide(Reactivity.layer))
 
 /** The JSON log lines a service printed so far. */
@@ -202,4 +202,22 @@ describe("a migration older code does not survive", () => {
       const sql = yield* connect(database.url)
       expect((yield* sql`SELECT max(migration_id) AS v FROM confirmd_migrations`)[0]?.["v"]).toBe(5)
     }), 120_000)
+
+  it.scopedLive("replicas started together on a fresh database migrate one at a time: each migration is applied once and all serve", () =>
+    Effect.gen(function*() {
+      const database = yield* freshDatabase
+      const anvil = yield* spawnAnvil(yield* freePort)
+      const outputs: Array<Array<string>> = [[], [], []]
+      const replicas = yield* Effect.forEach(outputs, (output, i) =>
+        startService({ ...serviceEnv(database.url, anvil.url), REPLICA_ID: `together-${i}` }, {
+          onOutput: (chunk) => output.push(chunk)
+        }), { concurrency: "unbounded" })
+      yield* Effect.forEach(replicas, healthy, { concurrency: "unbounded" })
+      const applied = outputs.flatMap((output) =>
+        logLines(output).filter((line) => /^migration \d+_\w+ applied in /.test(String(line.message)))
+      ).map((line) => line.annotations.migration)
+      expect(applied.toSorted()).toEqual(migrations.map((entry) => entry.file))
+      const live = (yield* call(replicas[0]!.base, "GET", "/ops/status")).body.replicas
+      expect(live.map((r: Json) => r.id).toSorted()).toEqual(["together-0", "together-1", "together-2"])
+    }), 180_000)
 })

@@ -39,7 +39,7 @@ const DONATION = donationAddresses.DONATION_ADDRESS_ETHEREUM.toLowerCase()
 /** A fresh database at the previous release's schema, and a client on it. */
 const previousReleaseDatabase = Effect.gen(function*() {
   const database = yield* freshDatabase
-  const sql = yield* PgClient.make({ url: Redacted.make(database.url), maxConnections: 1 })
+  const sql = yield* PgClient.make({ url: Redacted.make(database.url), maxConnections: 2 })
   yield* PgMigrator.run({ loader: previousRelease, table }).pipe(
     Effect.provideService(PgClient.PgClient, sql),
     Effect.provideService(SqlClient.SqlClient, sql),
