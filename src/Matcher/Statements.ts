@@ -100,10 +100,12 @@ export const readCandidates = (
       SELECT p.id FROM (SELECT DISTINCT address FROM a) a
       JOIN payments p ON p.chain = ${block.chain} AND p.address = a.address AND p.status = 'PENDING' AND p.exception = 'underpaid'
     ),
-    late_open AS (
-      SELECT w.id, a.address, a.asset FROM a JOIN watches w
-        ON w.open AND w.chain = ${block.chain} AND w.asset = a.asset AND w.address = a.address AND w.kind = 'payment'
-      WHERE w.expires_at <= ${bt} AND w.expires_at > ${lateFrom} AND COALESCE(w.start_block, -1) < ${n}::bigint
+    -- Watches past their expiry that the sweeper has not closed yet: few, found by expiry.
+    late_open AS MATERIALIZED (
+      SELECT w.id, w.address, w.asset FROM watches w
+      WHERE w.open AND w.expires_at <= ${bt} AND w.expires_at > ${lateFrom}
+        AND w.chain = ${block.chain} AND w.kind = 'payment' AND COALESCE(w.start_block, -1) < ${n}::bigint
+        AND (w.address, w.asset) IN (SELECT address, asset FROM a)
     ),
     late_expired AS (
       SELECT p.id, a.address, a.asset, p.amount_smallest - p.amount_received AS remainder FROM a

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { subscribe } from "../support/TestApp.ts"
+import { type ApiResponse, subscribe } from "../support/TestApp.ts"
 import { block, type Harness, hook, makeHarness, txHash } from "../matcher/harness.ts"
 
 const SHARED = "0x4444444444444444444444444444444444444444"
@@ -31,7 +31,7 @@ describe("GET /transfers", { timeout: 120_000 }, () => {
       // Carol registered the shared address too, but has no payment there.
       yield* h.app.request("POST", "/addresses", { key: carol, json: { chain: "ethereum", addresses: [SHARED] } })
       const a = yield* pay(h, alice, SHARED, "20")
-      const b = yield* pay(h, bob, SHARED, "21")
+      yield* pay(h, bob, SHARED, "21")
       const solo = yield* pay(h, alice, SOLO, "22")
       const odd = txHash()
       const exact = txHash()
@@ -76,7 +76,7 @@ describe("GET /transfers", { timeout: 120_000 }, () => {
       const seen: Array<string> = []
       let cursor: string | null = ""
       while (cursor !== null) {
-        const page = yield* list(h, alice, `?limit=2${cursor === "" ? "" : `&cursor=${cursor}`}`)
+        const page: ApiResponse = yield* list(h, alice, `?limit=2${cursor === "" ? "" : `&cursor=${cursor}`}`)
         expect(page.status).toBe(200)
         expect(page.body.transfers.length).toBeLessThanOrEqual(2)
         seen.push(...page.body.transfers.map((t: { amount_wei: string }) => t.amount_wei))
