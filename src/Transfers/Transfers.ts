@@ -1,15 +1,12 @@
 /**
- * The transfers the matcher saw to addresses with an open (or recently expired) payment, as an
- * account may see them: attributed to one of its payments, or unattributed on an address where
- * one of its payments was open (or inside the late window) at that block's time. Another account
- * never sees them, even on an address both registered.
+ * The transfers an account may see, as the API shows them: the matcher's transfer log
+ * (`TransferLog`, which decides visibility) with each amount in the asset's decimal form.
  */
-import { SqlClient, SqlSchema } from "@effect/sql"
-import { Effect, Option, Schema } from "effect"
-import { Asset, tokenDecimals } from "../Domain/Asset.ts"
-import { ChainName, chains } from "../Domain/Chain.ts"
+import { Effect, type Option } from "effect"
+import { type Asset, tokenDecimals } from "../Domain/Asset.ts"
+import { type ChainName, chains } from "../Domain/Chain.ts"
 import { formatSmallest } from "../Domain/Money.ts"
-import { LatePaymentWindowSeconds } from "../Matcher/Matcher.ts"
+import { TransferLog } from "../Matcher/TransferLog.ts"
 
 export interface TransferQuery {
   readonly accountId: string
@@ -34,79 +31,21 @@ export interface TransferView {
   readonly paymentId: string | null
 }
 
-const Row = Schema.Struct({
-  id: Schema.BigInt,
-  chain: ChainName,
-  address: Schema.String,
-  asset: Asset,
-  tx_hash: Schema.String,
-  block_number: Schema.BigInt,
-  amount: Schema.BigInt,
-  confirmations: Schema.Number,
-  payment_id: Schema.NullOr(Schema.String)
-})
-
 export class Transfers extends Effect.Service<Transfers>()("confirmd/Transfers", {
   effect: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    const lateWindow = yield* LatePaymentWindowSeconds
-
-    const find = SqlSchema.findAll({
-      Request: Schema.Any,
-      Result: Row,
-      execute: (q: TransferQuery) => {
-        const chain = Option.getOrNull(q.chain)
-        const address = Option.getOrNull(q.address)
-        const paymentId = Option.getOrNull(q.paymentId)
-        const before = Option.match(q.before, { onNone: () => null, onSome: (id) => id.toString() })
-        // The viewer's payment that makes the transfer visible; its asset names the token.
-        return sql`
-          SELECT t.id::text AS id, t.chain, t.address, v.asset, t.tx_hash, t.block_number::text AS block_number,
-                 t.amount::text AS amount,
-                 GREATEST(0, COALESCE(c.number, 0) - t.block_number + 1)::int AS confirmations, t.payment_id
-          FROM transfers t
-          CROSS JOIN LATERAL (
-            SELECT p.asset FROM payments p JOIN watches w ON w.id = p.id
-            WHERE p.account_id = ${q.accountId}::uuid AND (
-              p.id = t.payment_id
-              OR (t.payment_id IS NULL AND p.chain = t.chain AND p.address = t.address AND w.asset = t.asset
-                  AND COALESCE(w.start_block, -1) < t.block_number
-                  AND t.block_time < p.expires_at + make_interval(secs => ${lateWindow}::double precision)
-                  AND (p.status <> 'PAID' OR p.paid_at > t.block_time)))
-            LIMIT 1
-          ) v
-          LEFT JOIN matcher_cursors c ON c.chain = t.chain
-          WHERE t.orphaned_at IS NULL
-            AND (${chain}::text IS NULL OR t.chain = ${chain})
-            AND (${address}::text IS NULL OR t.address = ${address} OR t.address = lower(${address}))
-            AND (${paymentId}::uuid IS NULL OR t.payment_id = ${paymentId}::uuid)
-            AND (${before}::bigint IS NULL OR t.id < ${before}::bigint)
-          ORDER BY t.id DESC
-          LIMIT ${q.limit + 1}`
-      }
-    })
+    const log = yield* TransferLog
 
     /** A page of the account's transfers, newest first, and whether more follow. */
     const list = (q: TransferQuery) =>
-      find(q).pipe(
-        Effect.orDie,
-        Effect.map((rows) => ({
-          transfers: rows.slice(0, q.limit).map((row): TransferView => ({
-            id: row.id,
-            chain: row.chain,
-            address: row.address,
-            asset: row.asset,
-            txHash: row.tx_hash,
-            blockNumber: row.block_number,
-            amount: row.amount,
-            amountNative: formatSmallest(row.amount, row.asset === "native" ? chains[row.chain].decimals : tokenDecimals(row.chain)),
-            confirmations: row.confirmations,
-            paymentId: row.payment_id
-          })),
-          more: rows.length > q.limit
-        }))
-      )
+      Effect.map(log.forAccount(q), (page) => ({
+        transfers: page.transfers.map((t): TransferView => ({
+          ...t,
+          amountNative: formatSmallest(t.amount, t.asset === "native" ? chains[t.chain].decimals : tokenDecimals(t.chain))
+        })),
+        more: page.more
+      }))
 
     return { list } as const
-  })
+  }),
+  dependencies: [TransferLog.Default]
 }) {}

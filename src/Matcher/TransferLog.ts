@@ -1,0 +1,112 @@
+/**
+ * The matcher's log of transfers (the `transfers` table, with each chain's head from
+ * `matcher_cursors`), read for one account: the only reader of those tables outside the
+ * matcher's own statements, so that their layout can change in one place.
+ *
+ * An account sees a transfer attributed to one of its payments, or an unattributed one on an
+ * address where one of its payments was open (or inside the late window) at that block's
+ * time. Another account never sees it, even on an address both registered.
+ */
+import { SqlClient } from "@effect/sql"
+import { Effect, Option, Schema } from "effect"
+import { Asset } from "../Domain/Asset.ts"
+import { ChainName } from "../Domain/Chain.ts"
+import { LatePaymentWindowSeconds } from "./Matcher.ts"
+
+export interface TransferLogQuery {
+  readonly accountId: string
+  readonly chain: Option.Option<ChainName>
+  readonly address: Option.Option<string>
+  readonly paymentId: Option.Option<string>
+  /** Only transfers older than this one (the previous page's last). */
+  readonly before: Option.Option<bigint>
+  readonly limit: number
+}
+
+export interface LoggedTransfer {
+  /** Increases with every transfer recorded: the order of the log and the paging key. */
+  readonly id: bigint
+  readonly chain: ChainName
+  readonly address: string
+  /** The asset of the viewer's payment that makes the transfer visible. */
+  readonly asset: Asset
+  readonly txHash: string
+  readonly blockNumber: bigint
+  /** In the smallest unit of the asset. */
+  readonly amount: bigint
+  /** Counted from the chain's head as the matcher last applied it. */
+  readonly confirmations: number
+  readonly paymentId: string | null
+}
+
+const Row = Schema.Struct({
+  id: Schema.BigInt,
+  chain: ChainName,
+  address: Schema.String,
+  asset: Asset,
+  tx_hash: Schema.String,
+  block_number: Schema.BigInt,
+  amount: Schema.BigInt,
+  confirmations: Schema.Number,
+  payment_id: Schema.NullOr(Schema.String)
+})
+const decodeRows = Schema.decodeUnknown(Schema.Array(Row))
+
+export class TransferLog extends Effect.Service<TransferLog>()("confirmd/TransferLog", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const lateWindow = yield* LatePaymentWindowSeconds
+
+    /** A page of the account's transfers, newest first, and whether more follow. */
+    const forAccount = (q: TransferLogQuery) => {
+      const chain = Option.getOrNull(q.chain)
+      const address = Option.getOrNull(q.address)
+      const paymentId = Option.getOrNull(q.paymentId)
+      const before = Option.match(q.before, { onNone: () => null, onSome: (id) => id.toString() })
+      // The viewer's payment that makes the transfer visible; its asset names the token.
+      return sql`
+        SELECT t.id::text AS id, t.chain, t.address, v.asset, t.tx_hash, t.block_number::text AS block_number,
+               t.amount::text AS amount,
+               GREATEST(0, COALESCE(c.number, 0) - t.block_number + 1)::int AS confirmations, t.payment_id
+        FROM transfers t
+        CROSS JOIN LATERAL (
+          SELECT p.asset FROM payments p JOIN watches w ON w.id = p.id
+          WHERE p.account_id = ${q.accountId}::uuid AND (
+            p.id = t.payment_id
+            OR (t.payment_id IS NULL AND p.chain = t.chain AND p.address = t.address AND w.asset = t.asset
+                AND COALESCE(w.start_block, -1) < t.block_number
+                AND t.block_time < p.expires_at + make_interval(secs => ${lateWindow}::double precision)
+                AND (p.status <> 'PAID' OR p.paid_at > t.block_time)))
+          LIMIT 1
+        ) v
+        LEFT JOIN matcher_cursors c ON c.chain = t.chain
+        WHERE t.orphaned_at IS NULL
+          AND (${chain}::text IS NULL OR t.chain = ${chain})
+          AND (${address}::text IS NULL OR t.address = ${address} OR t.address = lower(${address}))
+          AND (${paymentId}::uuid IS NULL OR t.payment_id = ${paymentId}::uuid)
+          AND (${before}::bigint IS NULL OR t.id < ${before}::bigint)
+        ORDER BY t.id DESC
+        LIMIT ${q.limit + 1}`.pipe(
+        Effect.flatMap(decodeRows),
+        Effect.orDie,
+        Effect.map((rows) => ({
+          transfers: rows.slice(0, q.limit).map((row): LoggedTransfer => ({
+            id: row.id,
+            chain: row.chain,
+            address: row.address,
+            asset: row.asset,
+            txHash: row.tx_hash,
+            blockNumber: row.block_number,
+            amount: row.amount,
+            confirmations: row.confirmations,
+            paymentId: row.payment_id
+          })),
+          more: rows.length > q.limit
+        })),
+        Effect.withSpan("TransferLog.forAccount", { attributes: { limit: q.limit } })
+      )
+    }
+
+    return { forAccount } as const
+  })
+}) {}
