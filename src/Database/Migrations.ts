@@ -15,8 +15,9 @@
  * - Afterwards the schema's fence (`schema_fence.required_code_version`) is the newest
  *   applied migration that older code does not survive: code older than that stands down
  *   (Replicas.ts).
- * - All pending migrations of one step run in one transaction under the migrator's table
- *   lock, so replicas starting together apply each migration once.
+ * - The migrations of one step run in one transaction, one replica at a time (an advisory
+ *   lock held only while applying, never while waiting for older replicas), so replicas
+ *   starting together apply each migration once and none reads a half-built schema.
  */
 import { Migrator, SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
@@ -58,8 +59,9 @@ const LOCK_SESSION_PREFIX = "confirmd-ingester "
 const MIGRATION_LOCK = 0x636f6e66 // "conf"
 
 /**
- * One replica at a time migrates: the others wait here and then find the schema current. The
- * embedded database has one process and one connection, so no lock there.
+ * One replica at a time applies migrations: the others wait here (seconds: only while one
+ * applies, never while it waits for older replicas) and then find them applied. The embedded
+ * database has one process and one connection, so no lock there.
  */
 const oneAtATime = <A, E, R>(embedded: boolean, migrate: Effect.Effect<A, E, R>) =>
   embedded ? migrate : Effect.scoped(Effect.gen(function*() {
@@ -75,9 +77,7 @@ export const runMigrations = (options: {
   readonly embedded: boolean
   /** Stop at this schema version (tests building an earlier release's schema); default all. */
   readonly upTo?: number
-}) => oneAtATime(options.embedded, migrateNow(options))
-
-const migrateNow = (options: { readonly embedded: boolean; readonly upTo?: number }) =>
+}) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const migrationsTableExists = sql`SELECT to_regclass(${MIGRATIONS_TABLE}) IS NOT NULL AS present`.pipe(
@@ -95,10 +95,10 @@ const migrateNow = (options: { readonly embedded: boolean; readonly upTo?: numbe
       .pipe(Effect.annotateLogs({ schemaVersion: applied, codeSchemaVersion, pending: pending.map((e) => e.file).join(",") }))
 
     const { contract, expand, rest } = splitAtContract(pending)
-    yield* apply(expand)
+    yield* oneAtATime(options.embedded, apply(expand))
     if (Option.isSome(contract)) {
       if (!options.embedded) yield* awaitNoOlderReplicas(contract.value, idOf(contract.value))
-      yield* apply(rest)
+      yield* oneAtATime(options.embedded, apply(rest))
     }
     const version = Math.max(applied, ...pending.map(idOf))
     if (pending.length > 0 && version >= SCHEMA_FENCE_VERSION) {
