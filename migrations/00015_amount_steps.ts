@@ -12,7 +12,8 @@ import { Effect } from "effect"
  * unit higher.
  *
  * - `open_watch_stepped`: `open_watch` with a `p_step`. It searches the amounts
- *   `p_amount + k·p_step` only (the same set-based search, over the same partial unique index),
+ *   `p_amount + k·p_step` only (a few lookups past the remembered run, then the same set-based
+ *   search over the same partial unique index),
  *   and takes the same advisory lock per (chain, asset, address) as `open_watch`, so openings by
  *   older and newer replicas on one address still take turns. With `p_step` 1 it hands out what
  *   `open_watch` would.
@@ -95,6 +96,17 @@ export default Effect.flatMap(SqlClient.SqlClient, (sql) =>
           search_from := CASE WHEN known IS NULL OR known < p_amount THEN p_amount
                               ELSE p_amount + (div(known - p_amount, p_step) + 1) * p_step END;
           candidate := search_from;
+          -- A step spans many smallest units, so a run of one price soon reaches the amount of
+          -- another price, mostly alone among free ones: a few lookups pass it, where the count
+          -- below would read every amount held on the address within its window.
+          FOR probe IN 1..8 LOOP
+            EXIT WHEN NOT EXISTS (
+              SELECT 1 FROM watches
+              WHERE open AND chain = p_chain AND asset = p_asset AND address = p_address AND amount_smallest = candidate
+            );
+            candidate := candidate + p_step;
+          END LOOP;
+          search_from := candidate;
           IF EXISTS (
             SELECT 1 FROM watches
             WHERE open AND chain = p_chain AND asset = p_asset AND address = p_address AND amount_smallest = search_from
