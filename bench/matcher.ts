@@ -14,7 +14,10 @@
  * PAID, detections, watches closed, webhook deliveries, confirmation events, the cursor) are
  * read back and written again into a fresh database with the same watches by a bare `pg`
  * client, one autocommitted statement per block: the cost of committing the same rows with
- * nothing to find out first.
+ * nothing to find out first. `raw+acct` writes the accounting rows of the same run as well (each
+ * transfer recorded in `transfers`, each `payment.underpaid` / `payment.paid_late` /
+ * `transfer.unattributed` record): since every transfer to an address with an open payment is
+ * recorded, about half of each block's non-matching transfers are rows to write, not no-ops.
  *
  *   npx tsx bench/matcher.ts      (or `run` from bench/index.ts)
  */
@@ -191,24 +194,32 @@ const measure = (mode: Mode, s: Settings, blocks: ReadonlyArray<BlockRecord>) =>
   }).pipe(Effect.scoped)
 
 /** Prints a run's figures and what it wrote; transfers per second. */
-const report = (mode: Mode | "raw", blockCount: number, seconds: number) =>
+const report = (mode: Mode | "raw" | "raw+acct", blockCount: number, seconds: number) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const [counts] = yield* sql<{ paid: string; detected: string; deliveries: string }>`
       SELECT (SELECT count(*) FROM payments WHERE status = 'PAID')::text AS paid,
              (SELECT count(*) FROM detections)::text AS detected,
              (SELECT count(*) FROM webhook_deliveries)::text AS deliveries`
+    const [accounting] = yield* sql<{ recorded: string; unattributed: string; records: string }>`
+      SELECT (SELECT count(*) FROM transfers)::text AS recorded,
+             (SELECT count(*) FROM transfers WHERE payment_id IS NULL)::text AS unattributed,
+             (SELECT count(*) FROM outbox_events WHERE type = ANY(${accountingTypes}))::text AS records`
     const transfers = blockCount * transfersPerBlock
     yield* Effect.sync(() =>
       console.log(
         `matcher ${mode.padEnd(8)}: ${blockCount} blocks, ${transfers} transfers in ${seconds.toFixed(2)} s = ` +
           `${(blockCount / seconds).toFixed(1)} blocks/s, ${Math.round(transfers / seconds)} transfers/s ` +
           `(${counts!.detected} detections, ${counts!.paid} PAID, ${counts!.deliveries} webhook rows; ` +
-          `${((seconds * 1000) / blockCount).toFixed(1)} ms per block)`
+          `${((seconds * 1000) / blockCount).toFixed(1)} ms per block)\n` +
+          `  accounting: ${accounting!.recorded} transfers recorded (${accounting!.unattributed} unattributed), ` +
+          `${accounting!.records} underpaid / paid-late / unattributed records`
       )
     )
     return transfers / seconds
   })
+
+const accountingTypes = ["payment.underpaid", "payment.paid_late", "transfer.unattributed"]
 
 /** The rows one block's application wrote, as the raw baseline writes them again. */
 interface BlockWrites {
@@ -218,6 +229,16 @@ interface BlockWrites {
   readonly paid: Array<{ readonly id: string; readonly confirmations: number }>
   readonly deliveries: Array<{ readonly id: string; readonly url: string; readonly payload: string; readonly signer: string }>
   readonly events: Array<{ readonly id: string; readonly key: string; readonly type: string; readonly payload: string }>
+  readonly transfers: Array<{
+    readonly asset: string
+    readonly address: string
+    readonly txHash: string
+    readonly position: string
+    readonly amount: string
+    readonly paymentId: string | null
+    readonly attribution: string | null
+  }>
+  readonly records: Array<{ readonly id: string; readonly key: string; readonly type: string; readonly payload: string }>
 }
 
 /**
@@ -231,7 +252,16 @@ const readWritten = Effect.gen(function*() {
   const at = (number: string) => {
     let writes = byBlock.get(number)
     if (writes === undefined) {
-      writes = { number, hash: hash(Number(number)), detected: [], paid: [], deliveries: [], events: [] }
+      writes = {
+        number,
+        hash: hash(Number(number)),
+        detected: [],
+        paid: [],
+        deliveries: [],
+        events: [],
+        transfers: [],
+        records: []
+      }
       byBlock.set(number, writes)
     }
     return writes
@@ -254,6 +284,34 @@ const readWritten = Effect.gen(function*() {
     SELECT e.id, e.key, e.type, e.payload::text AS payload, ${sql.literal(paidAt)} AS block
     FROM outbox_events e JOIN payments p ON e.key = p.id::text`) {
     at(row.block).events.push({ id: row.id, key: row.key, type: row.type, payload: row.payload })
+  }
+  for (const row of yield* sql<{
+    asset: string
+    address: string
+    tx_hash: string
+    position: string
+    amount: string
+    payment_id: string | null
+    attribution: string | null
+    block: string
+  }>`
+    SELECT asset, address, tx_hash, position, amount::text AS amount, payment_id::text AS payment_id, attribution,
+           block_number::text AS block
+    FROM transfers ORDER BY id`) {
+    at(row.block).transfers.push({
+      asset: row.asset,
+      address: row.address,
+      txHash: row.tx_hash,
+      position: row.position,
+      amount: row.amount,
+      paymentId: row.payment_id,
+      attribution: row.attribution
+    })
+  }
+  for (const row of yield* sql<{ id: string; key: string; type: string; payload: string; block: string }>`
+    SELECT id, key, type, payload::text AS payload, payload->'data'->>'blockNumber' AS block
+    FROM outbox_events WHERE type = ANY(${accountingTypes}) ORDER BY created_at, id`) {
+    at(row.block).records.push({ id: row.id, key: row.key, type: row.type, payload: row.payload })
   }
   return byBlock
 })
@@ -286,8 +344,34 @@ const rawBlockStatement = `
   )
   UPDATE matcher_cursors SET number = $1::bigint, hash = $2, updated_at = clock_timestamp() WHERE chain = 'ethereum'`
 
-/** The raw baseline: the direct run's rows committed by a bare `pg` client into a fresh database. */
-const measureRaw = (s: Settings, databaseUrl: string, blocks: ReadonlyArray<BlockRecord>, written: ReadonlyMap<string, BlockWrites>) =>
+/** `rawBlockStatement` with the block's accounting rows as well: its recorded transfers and their records. */
+const rawAccountingStatement = rawBlockStatement.replace(
+  "\n  UPDATE matcher_cursors",
+  `,
+  transferred AS (
+    INSERT INTO transfers (chain, asset, address, tx_hash, position, amount, block_number, block_hash, block_time,
+                           payment_id, attribution)
+    SELECT 'ethereum', t.asset, t.address, t.tx_hash, t.position, t.amount, $1::bigint, $2, now(), t.payment_id, t.attribution
+    FROM unnest($15::text[], $16::text[], $17::text[], $18::text[], $19::numeric[], $20::uuid[], $21::text[])
+      AS t (asset, address, tx_hash, position, amount, payment_id, attribution)
+  ),
+  accounted AS (
+    INSERT INTO outbox_events (id, key, type, payload) SELECT * FROM unnest($22::text[], $23::text[], $24::text[], $25::jsonb[])
+  )
+  UPDATE matcher_cursors`
+)
+
+/**
+ * The raw baseline: the direct run's rows committed by a bare `pg` client into a fresh database;
+ * with `accounting`, its recorded transfers and their records too.
+ */
+const measureRaw = (
+  s: Settings,
+  databaseUrl: string,
+  blocks: ReadonlyArray<BlockRecord>,
+  written: ReadonlyMap<string, BlockWrites>,
+  accounting: boolean
+) =>
   Effect.gen(function*() {
     const database = yield* freshDatabase(Option.some(databaseUrl))
     const config = Layer.setConfigProvider(ConfigProvider.fromMap(new Map(Object.entries({ ...database, CHAINS: "ethereum" }))))
@@ -318,20 +402,35 @@ const measureRaw = (s: Settings, databaseUrl: string, blocks: ReadonlyArray<Bloc
         w?.events.map((e) => e.id) ?? [],
         w?.events.map((e) => e.key) ?? [],
         w?.events.map((e) => e.type) ?? [],
-        w?.events.map((e) => e.payload) ?? []
+        w?.events.map((e) => e.payload) ?? [],
+        ...(accounting
+          ? [
+            w?.transfers.map((t) => t.asset) ?? [],
+            w?.transfers.map((t) => t.address) ?? [],
+            w?.transfers.map((t) => t.txHash) ?? [],
+            w?.transfers.map((t) => t.position) ?? [],
+            w?.transfers.map((t) => t.amount) ?? [],
+            w?.transfers.map((t) => t.paymentId) ?? [],
+            w?.transfers.map((t) => t.attribution) ?? [],
+            w?.records.map((e) => e.id) ?? [],
+            w?.records.map((e) => e.key) ?? [],
+            w?.records.map((e) => e.type) ?? [],
+            w?.records.map((e) => e.payload) ?? []
+          ]
+          : [])
       ]
     })
     const started = performance.now()
     yield* Effect.promise(async () => {
-      for (const values of statements) await client.query(rawBlockStatement, values)
+      for (const values of statements) await client.query(accounting ? rawAccountingStatement : rawBlockStatement, values)
     })
     const seconds = (performance.now() - started) / 1000
-    return yield* report("raw", blocks.length, seconds).pipe(Effect.provide(base))
+    return yield* report(accounting ? "raw+acct" : "raw", blocks.length, seconds).pipe(Effect.provide(base))
   }).pipe(Effect.scoped)
 
 
 /** Transfers per second by mode (Kafka only when `KAFKA_BROKERS` is set, raw only on PostgreSQL). */
-export type MatcherFigures = Partial<Record<Mode | "raw", number>>
+export type MatcherFigures = Partial<Record<Mode | "raw" | "raw+acct", number>>
 
 export const run = Effect.gen(function*() {
   const s = yield* settings
@@ -345,7 +444,11 @@ export const run = Effect.gen(function*() {
   const direct = yield* measure("direct", s, blocks)
   const raw = yield* Option.match(s.databaseUrl, {
     onNone: () => Effect.as(Effect.sync(() => console.log("matcher raw     : skipped (needs DATABASE_URL)")), {}),
-    onSome: (url) => Effect.map(measureRaw(s, url, blocks, direct.written), (perSecond) => ({ raw: perSecond }))
+    onSome: (url) =>
+      Effect.all({
+        raw: measureRaw(s, url, blocks, direct.written, false),
+        "raw+acct": measureRaw(s, url, blocks, direct.written, true)
+      })
   })
   const figures: MatcherFigures = { direct: direct.perSecond, ...raw, embedded: (yield* measure("embedded", s, blocks)).perSecond }
   if (s.kafkaBrokers.trim() === "") {

@@ -1,10 +1,11 @@
 /**
- * The matcher's accounting statements: what a block's transfers could be attributed to (one
- * read), the attribution written back (one statement: transfers, payments, donations,
- * detections), and a reorg taking orphaned transfers out of the sums. The rules themselves
- * are `attribute` (Attribution.ts); these only read and write.
+ * The matcher's block statements: the chain's cursor locked together with everything a block's
+ * transfers could be attributed to (one statement), the attribution written back with its
+ * confirmation-topic records (one statement: transfers, payments, donations, detections,
+ * records), and a reorg taking orphaned transfers out of the sums. The rules themselves are
+ * `attribute` (Attribution.ts); these only read and write.
  */
-import type { SqlClient } from "@effect/sql"
+import type { SqlClient, Statement } from "@effect/sql"
 import { Effect, Schema } from "effect"
 import type { ChainName, DonationChainName } from "../Domain/Chain.ts"
 import {
@@ -15,6 +16,7 @@ import {
   type Candidates,
   type PaymentCandidate
 } from "./Attribution.ts"
+import { type AccountingEvent, accountingEventOf, accountingRecords } from "./Records.ts"
 
 const CandidatesJson = Schema.Struct({
   payments: Schema.Array(Schema.Struct({
@@ -43,7 +45,19 @@ const CandidatesJson = Schema.Struct({
   opened: Schema.Array(Schema.Struct({ address: Schema.String, asset: Schema.String, count: Schema.Number })),
   watched: Schema.Array(Schema.Struct({ address: Schema.String, asset: Schema.String }))
 })
-const decodeCandidates = Schema.decodeUnknown(Schema.Tuple(Schema.Struct({ candidates: CandidatesJson })))
+
+/** The chain's cursor as the block statement locked it. */
+const CursorJson = Schema.Struct({
+  number: Schema.BigInt,
+  hash: Schema.NullOr(Schema.String),
+  last_reorg: Schema.NullOr(Schema.String),
+  finalized: Schema.NullOr(Schema.BigInt)
+})
+
+const decodeCursor = Schema.decodeUnknown(Schema.Tuple(Schema.Struct({ cursor: CursorJson })))
+const decodeBlockRead = Schema.decodeUnknown(Schema.Tuple(Schema.Struct({
+  read: Schema.Struct({ cursor: CursorJson, current: Schema.Boolean, candidates: CandidatesJson })
+})))
 
 export interface BlockContext {
   readonly chain: ChainName
@@ -53,15 +67,57 @@ export interface BlockContext {
   readonly timestamp: number
 }
 
+export interface LockedCursor {
+  readonly number: bigint
+  readonly hash: string | null
+  readonly lastReorg: string | null
+  readonly finalized: bigint | null
+}
+
+export interface BlockRead {
+  readonly cursor: LockedCursor
+  /**
+   * False when another matcher transaction committed between this statement's snapshot and its
+   * lock on the cursor: the candidates may predate that transaction's writes, and the read must
+   * be made again (now under the lock, so the next snapshot sees them).
+   */
+  readonly current: boolean
+  readonly candidates: Candidates
+}
+
+/** Creates the chain's cursor on first use and locks it for the transaction (a reorg's first statement). */
+export const lockCursor = (sql: SqlClient.SqlClient, chain: ChainName) =>
+  sql`
+    INSERT INTO matcher_cursors (chain, number, hash) VALUES (${chain}, -1, NULL)
+    ON CONFLICT (chain) DO UPDATE SET chain = EXCLUDED.chain
+    RETURNING json_build_object('number', number::text, 'hash', hash, 'last_reorg', last_reorg,
+                                'finalized', finalized::text) AS cursor`.pipe(
+    // A row of another shape is a bug in this statement, not a database failure.
+    Effect.flatMap((rows) => Effect.orDie(decodeCursor(rows))),
+    Effect.map(([{ cursor }]) => lockedCursor(cursor))
+  )
+
+const lockedCursor = (c: typeof CursorJson.Type): LockedCursor => ({
+  number: c.number,
+  hash: c.hash,
+  lastReorg: c.last_reorg,
+  finalized: c.finalized
+})
+
 /**
- * Everything the block's transfers could be attributed to, as it stands before the block: the
+ * One statement per block: locks the chain's cursor (creating it on first use) and reads
+ * everything the block's transfers could be attributed to, as it stands before the block: the
  * open watch of each transfer's exact amount, the underpaid open payments, up to two open
- * payments per address (one is "the only one"), payments expired within the late window whose
- * amount or remainder a transfer matches, and payments that orphaned copies of these
- * transfers were attributed to. Only index lookups per address: a busy address with many open
- * payments costs a few rows, not all of them.
+ * payments per address (counted; the payment itself only where it is the only one), payments
+ * expired within the late window whose amount or remainder a transfer matches, and payments
+ * that orphaned copies of these transfers were attributed to. Only index lookups per address: a
+ * busy address with many open payments costs a few rows, not all of them.
+ *
+ * The read shares the statement's snapshot, taken before the lock was granted: `current` says
+ * whether the cursor row it locked is the one that snapshot saw (every applied message moves
+ * `updated_at`), i.e. no other matcher transaction committed in between.
  */
-export const readCandidates = (
+export const readBlock = (
   sql: SqlClient.SqlClient,
   block: BlockContext,
   transfers: ReadonlyArray<BlockTransfer>,
@@ -71,7 +127,12 @@ export const readCandidates = (
   const bt = sql`to_timestamp(${block.timestamp}::double precision)`
   const lateFrom = sql`to_timestamp(${block.timestamp - lateWindowSeconds}::double precision)`
   return sql`
-    WITH t AS (
+    WITH locked AS (
+      INSERT INTO matcher_cursors (chain, number, hash) VALUES (${block.chain}, -1, NULL)
+      ON CONFLICT (chain) DO UPDATE SET chain = EXCLUDED.chain
+      RETURNING number, hash, last_reorg, finalized, updated_at, xmax = 0 AS inserted
+    ),
+    t AS (
       SELECT t.tx_hash, t.address, t.amount, t.asset, t.position, (t.ord - 1)::int AS ord FROM unnest(
         ${transfers.map((t) => t.txHash)}::text[],
         ${transfers.map((t) => t.address)}::text[],
@@ -96,6 +157,7 @@ export const readCandidates = (
         LIMIT 2
       ) o
     ),
+    open_count AS (SELECT address, asset, count(*)::int AS count, min(id::text)::uuid AS id FROM opened GROUP BY 1, 2),
     underpaid AS (
       SELECT p.id FROM (SELECT DISTINCT address FROM a) a
       JOIN payments p ON p.chain = ${block.chain} AND p.address = a.address AND p.status = 'PENDING' AND p.exception = 'underpaid'
@@ -120,9 +182,11 @@ export const readCandidates = (
       WHERE tr.orphaned_at IS NOT NULL AND tr.payment_id IS NOT NULL
       ORDER BY t.ord, tr.id DESC
     ),
+    -- An open payment that is not the only one on its address is only a candidate through its
+    -- exact amount or remainder (found above), so the others are counted, not read.
     ids AS (
       SELECT id FROM exact WHERE kind = 'payment'
-      UNION SELECT id FROM opened UNION SELECT id FROM underpaid UNION SELECT id FROM late_open
+      UNION SELECT id FROM open_count WHERE count = 1 UNION SELECT id FROM underpaid UNION SELECT id FROM late_open
       UNION SELECT id FROM late_expired l WHERE EXISTS (
         SELECT 1 FROM t WHERE t.address = l.address AND t.asset = l.asset AND t.amount = l.remainder)
       UNION SELECT payment_id FROM remined
@@ -134,36 +198,47 @@ export const readCandidates = (
              (p.status <> 'PAID' AND p.expires_at <= ${bt} AND p.expires_at > ${lateFrom}
               AND COALESCE(w.start_block, -1) < ${n}::bigint) AS late
       FROM ids JOIN payments p ON p.id = ids.id JOIN watches w ON w.id = p.id
-    )
+    ),
+    seen AS (SELECT number, hash, last_reorg, finalized, updated_at FROM matcher_cursors WHERE chain = ${block.chain})
     SELECT json_build_object(
-      'payments', COALESCE((SELECT json_agg(pay) FROM pay), '[]'::json),
-      'exact', COALESCE((SELECT json_agg(exact) FROM exact), '[]'::json),
-      'remined', COALESCE((SELECT json_agg(remined) FROM remined), '[]'::json),
-      'opened', COALESCE((SELECT json_agg(o) FROM (SELECT address, asset, count(*)::int AS count FROM opened GROUP BY 1, 2) o),
-                         '[]'::json),
-      'watched', COALESCE((SELECT json_agg(x) FROM (
-        SELECT address, asset FROM opened UNION SELECT address, asset FROM late_open
-        UNION SELECT address, asset FROM late_expired) x), '[]'::json)
-    ) AS candidates`.pipe(
-    Effect.flatMap(decodeCandidates),
-    Effect.orDie,
-    Effect.map(([{ candidates }]): Candidates => ({
-      payments: candidates.payments.map((p): PaymentCandidate => ({
-        id: p.id,
-        accountId: p.account_id,
-        address: p.address,
-        asset: p.asset,
-        amount: p.amount,
-        received: p.received,
-        complete: p.complete,
-        status: p.status,
-        open: p.open,
-        late: p.late
-      })),
-      exact: new Map(candidates.exact.map((e) => [e.ord, { kind: e.kind, id: e.id, live: e.live }])),
-      remined: new Map(candidates.remined.map((r) => [r.ord, { paymentId: r.payment_id, attribution: r.attribution }])),
-      openCount: new Map(candidates.opened.map((o) => [addressKey(o.address, o.asset), o.count])),
-      watched: new Set(candidates.watched.map((w) => addressKey(w.address, w.asset)))
+      'cursor', json_build_object('number', l.number::text, 'hash', l.hash, 'last_reorg', l.last_reorg,
+                                  'finalized', l.finalized::text),
+      'current', l.inserted OR EXISTS (
+        SELECT 1 FROM seen s WHERE (s.number, s.hash, s.last_reorg, s.finalized, s.updated_at)
+          IS NOT DISTINCT FROM (l.number, l.hash, l.last_reorg, l.finalized, l.updated_at)),
+      'candidates', json_build_object(
+        'payments', COALESCE((SELECT json_agg(pay) FROM pay), '[]'::json),
+        'exact', COALESCE((SELECT json_agg(exact) FROM exact), '[]'::json),
+        'remined', COALESCE((SELECT json_agg(remined) FROM remined), '[]'::json),
+        'opened', COALESCE((SELECT json_agg(json_build_object('address', address, 'asset', asset, 'count', count))
+                            FROM open_count), '[]'::json),
+        'watched', COALESCE((SELECT json_agg(x) FROM (
+          SELECT address, asset FROM open_count UNION SELECT address, asset FROM late_open
+          UNION SELECT address, asset FROM late_expired) x), '[]'::json))
+    ) AS read
+    FROM locked l`.pipe(
+    Effect.flatMap((rows) => Effect.orDie(decodeBlockRead(rows))),
+    Effect.map(([{ read: { candidates, current, cursor } }]): BlockRead => ({
+      cursor: lockedCursor(cursor),
+      current,
+      candidates: {
+        payments: candidates.payments.map((p): PaymentCandidate => ({
+          id: p.id,
+          accountId: p.account_id,
+          address: p.address,
+          asset: p.asset,
+          amount: p.amount,
+          received: p.received,
+          complete: p.complete,
+          status: p.status,
+          open: p.open,
+          late: p.late
+        })),
+        exact: new Map(candidates.exact.map((e) => [e.ord, { kind: e.kind, id: e.id, live: e.live }])),
+        remined: new Map(candidates.remined.map((r) => [r.ord, { paymentId: r.payment_id, attribution: r.attribution }])),
+        openCount: new Map(candidates.opened.map((o) => [addressKey(o.address, o.asset), o.count])),
+        watched: new Set(candidates.watched.map((w) => addressKey(w.address, w.asset)))
+      }
     }))
   )
 }
@@ -180,34 +255,59 @@ interface DonationRow {
   readonly tx_hash: string
 }
 
+/** Where the accounting records of a block go: the outbox's insert, and when they were recorded. */
+export interface RecordsSink {
+  readonly insertEvents: (rows: Statement.Fragment) => Statement.Fragment
+  /** ISO 8601 UTC. */
+  readonly occurredAt: string
+}
+
 /**
  * Writes an attribution in one statement: the recorded transfers (a replayed block collides on
- * their key), the payments' sums and exceptions (the completing transfer sets `tx_hash`; a
- * late one leaves the payment EXPIRED and closes its watch), the confirmed intents and
- * challenges (activating a signup's subscription), and the detections. Returns the confirmed
- * intents and challenges.
+ * their key) and their confirmation-topic records (colliding on their ids), the payments' sums
+ * and exceptions (the completing transfer sets `tx_hash`; a late one leaves the payment EXPIRED
+ * and closes its watch), the confirmed intents and challenges (activating a signup's
+ * subscription), and the detections. Returns the confirmed intents and challenges.
  */
-export const writeAttribution = (sql: SqlClient.SqlClient, block: BlockContext, result: AttributionResult) => {
+export const writeAttribution = (
+  sql: SqlClient.SqlClient,
+  block: BlockContext,
+  result: AttributionResult,
+  records: RecordsSink
+) => {
   const n = block.number.toString()
   const payments = [...result.payments.values()]
-  const attributions: Array<Attribution | null> = result.recorded.map((r) => r.attribution)
+  const recorded = result.recorded
+  const attributions: Array<Attribution | null> = recorded.map((r) => r.attribution)
+  const events: Array<AccountingEvent | null> = recorded.map((r) => accountingEventOf(r, result))
+  const paymentOf = recorded.map((r) => (r.paymentId === null ? undefined : result.payments.get(r.paymentId)?.candidate))
   return sql<DonationRow>`
-    WITH rec AS (
+    WITH r AS (
+      SELECT * FROM unnest(
+        ${recorded.map((r) => r.transfer.asset)}::text[],
+        ${recorded.map((r) => r.transfer.address)}::text[],
+        ${recorded.map((r) => r.transfer.txHash)}::text[],
+        ${recorded.map((r) => r.transfer.position)}::text[],
+        ${recorded.map((r) => r.transfer.amount.toString())}::numeric[],
+        ${recorded.map((r) => r.paymentId)}::uuid[],
+        ${attributions}::text[],
+        ${events}::text[],
+        ${paymentOf.map((p) => p?.accountId ?? null)}::uuid[],
+        ${paymentOf.map((p) => p?.address ?? null)}::text[],
+        ${paymentOf.map((p) => p?.amount.toString() ?? null)}::numeric[],
+        ${recorded.map((r) => r.receivedAfter.toString())}::numeric[]
+      ) AS r (asset, address, tx_hash, position, amount, payment_id, attribution, event, user_id, payment_address,
+              payment_amount, received)
+    ),
+    rec AS (
       INSERT INTO transfers (chain, asset, address, tx_hash, position, amount, block_number, block_hash, block_time,
                              payment_id, attribution)
       SELECT ${block.chain}, r.asset, r.address, r.tx_hash, r.position, r.amount, ${n}::bigint, ${block.hash},
              to_timestamp(${block.timestamp}::double precision), r.payment_id, r.attribution
-      FROM unnest(
-        ${result.recorded.map((r) => r.transfer.asset)}::text[],
-        ${result.recorded.map((r) => r.transfer.address)}::text[],
-        ${result.recorded.map((r) => r.transfer.txHash)}::text[],
-        ${result.recorded.map((r) => r.transfer.position)}::text[],
-        ${result.recorded.map((r) => r.transfer.amount.toString())}::numeric[],
-        ${result.recorded.map((r) => r.paymentId)}::uuid[],
-        ${attributions}::text[]
-      ) AS r (asset, address, tx_hash, position, amount, payment_id, attribution)
+      FROM r
       ON CONFLICT DO NOTHING
     ),
+    recorded_events AS (${records.insertEvents(accountingRecords(sql, "r", block, records.occurredAt))}),
     u AS (
       SELECT * FROM unnest(
         ${payments.map((p) => p.candidate.id)}::uuid[],

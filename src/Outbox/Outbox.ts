@@ -6,7 +6,7 @@
  * fallback for rows written by another replica), so neither the writer nor the readers know
  * of each other.
  */
-import { SqlClient } from "@effect/sql"
+import { SqlClient, type Statement } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Effect, Queue } from "effect"
 import type { DeliveryRow, OutboxRow } from "../Webhooks/Payloads.ts"
@@ -39,6 +39,17 @@ export class Outbox extends Effect.Service<Outbox>()("confirmd/Outbox", {
         ON CONFLICT (id) DO NOTHING`.pipe(Effect.asVoid)
 
     /**
+     * The confirmation events that `rows` selects (columns `id`, `key`, `type`, `payload` jsonb)
+     * inserted as `write` inserts them, as a data-modifying CTE of the caller's statement: for
+     * records built in SQL next to the rows they report, in the same round trip.
+     */
+    const insertEvents = (rows: Statement.Fragment): Statement.Fragment =>
+      sql`
+        INSERT INTO outbox_events (id, key, type, payload)
+        SELECT id, key, type, payload FROM (${rows}) AS e
+        ON CONFLICT (id) DO NOTHING`
+
+    /**
      * Queues a finished (delivered or dropped) delivery again, due now, with the full attempt
      * budget; a pending one is already queued and is left alone, so an attempt in flight keeps
      * its lease. Call `committed` afterwards.
@@ -51,6 +62,7 @@ export class Outbox extends Effect.Service<Outbox>()("confirmd/Outbox", {
 
     return {
       write,
+      insertEvents,
       requeue,
       /** Call after the transaction that wrote rows committed: the readers look now rather than at their next poll. */
       committed: Effect.asVoid(Effect.zipRight(Queue.offer(webhooks, undefined), Queue.offer(events, undefined))),

@@ -1,0 +1,334 @@
+/**
+ * How the matcher applies one message of the blocks topics, inside the caller's transaction:
+ * transfers matched to open watches, detections recorded, confirmations recounted from the
+ * block's height, states moved, webhook deliveries and confirmation events written to the
+ * outboxes, and the per-chain cursor stored. Set-based: per block, one statement locks the
+ * cursor and reads what its transfers could go to, one writes the attribution with its
+ * records, one recounts; whatever its number of transfers.
+ *
+ * Idempotent, because every message is delivered at least once:
+ * - a block at or below the cursor height was applied already and is skipped;
+ * - a reorg record identical to the last one applied is skipped (`last_reorg`);
+ * - state moves are guarded by the current state, outbox rows collide on their event id.
+ *
+ * Decisions where the API contract is silent (docs/decisions.md):
+ * - Expiry is judged by the block's timestamp, not by the time the matcher runs: a transfer
+ *   mined before `expires_at` matches even when the matcher processes it later (a lagging
+ *   consumer, a restart), one mined at or after it does not. The outcome is the same on every
+ *   replay. A transaction whose earlier detection was orphaned still matches after expiry
+ *   when it is mined again (the payer paid in time; the chain moved it).
+ * - A CONFIRMED signup intent or challenge whose block is orphaned stays CONFIRMED: the
+ *   activation and the callback cannot be taken back safely (the key may already be in use,
+ *   the receiver may have acted). The detection is marked orphaned and a warning is logged.
+ * - A PAID payment whose block is orphaned stays PAID; a `payment.reorged` event is written
+ *   and counted. A detected, not yet PAID payment loses its transaction (0 confirmations) and
+ *   its watch stays open, so the re-mined transfer pays it.
+ */
+import { SqlClient } from "@effect/sql"
+import { Clock, Config, Effect } from "effect"
+import { type ChainName, chainOfDonationChain, chains } from "../Domain/Chain.ts"
+import { formatSmallest } from "../Domain/Money.ts"
+import { Outbox } from "../Outbox/Outbox.ts"
+import type { BlockMessage, BlockRecord, BlockRef, ReorgRecord } from "../Ingest/BlockMessage.ts"
+import { challengeDelivery, confirmationRecord, type OutboxRow, outboxRow } from "../Webhooks/Payloads.ts"
+import { attribute, type BlockTransfer, positionOf } from "./Attribution.ts"
+import { ChainConfirmationsRequired } from "./Confirmations.ts"
+import { paidEvents, recount } from "./Recount.ts"
+import { lockCursor, orphanTransfers, readBlock, writeAttribution } from "./Statements.ts"
+
+/**
+ * `LATE_PAYMENT_WINDOW_SECONDS` (default 86400): how long after its expiry a payment still
+ * takes a transfer of its amount (or remainder) as paid late.
+ */
+export const LatePaymentWindowSeconds = Config.integer("LATE_PAYMENT_WINDOW_SECONDS").pipe(
+  Config.withDefault(86_400),
+  Config.validate({ message: "LATE_PAYMENT_WINDOW_SECONDS must be at least 0", validation: (n) => n >= 0 })
+)
+
+/** The block's transfers in the order attribution takes them: by position (transaction, then place in it). */
+const blockTransfers = (block: BlockRecord): ReadonlyArray<BlockTransfer> =>
+  block.transfers
+    .map((t, i) => ({ t, i }))
+    .sort((x, y) => x.t.index - y.t.index || x.i - y.i)
+    .map(({ t }) => ({ txHash: t.txHash, address: t.to, asset: t.asset, amount: t.value, position: positionOf(t) }))
+
+/** What applying one message did. */
+export interface ApplyOutcome {
+  readonly chain: ChainName
+  readonly type: "block" | "reorg"
+  /** The block's height, or the reorg's first orphaned height. */
+  readonly number: bigint
+  /** False when the message had been applied already (a redelivery). */
+  readonly applied: boolean
+  /** The cursor after applying; null when skipped. */
+  readonly cursor: Cursor | null
+  readonly transfers: number
+  readonly detections: number
+  readonly paymentsPaid: number
+  readonly intentsConfirmed: number
+  readonly challengesConfirmed: number
+  /** Detections moved out of the canonical chain by a reorg. */
+  readonly orphaned: number
+  /** PAID payments whose transaction was orphaned (each gets a `payment.reorged` event). */
+  readonly paymentsReorged: number
+  /** Every state change, to be logged once the transaction has committed. */
+  readonly changes: ReadonlyArray<StateChange>
+}
+
+export interface StateChange {
+  readonly kind: "payment" | "intent" | "challenge"
+  readonly id: string
+  readonly change: "detected" | "paid" | "confirmed" | "detection orphaned"
+  readonly txHash: string
+}
+
+/** The newest block applied (after a reorg: the common ancestor, hash null if unknown). */
+export interface Cursor {
+  readonly number: bigint
+  readonly hash: string | null
+}
+
+/** Identifies a reorg record, to recognise its redelivery. */
+export const reorgKey = (record: ReorgRecord): string =>
+  `${record.fromNumber}:${record.orphaned.at(-1)?.hash ?? "-"}:${record.commonAncestor?.hash ?? "-"}`
+
+/** The newer of two finalized heights (null: unknown); a block never moves it backwards. */
+export const newerFinalized = (stored: bigint | null, reported: bigint | undefined): bigint | null =>
+  reported === undefined ? stored : stored === null || reported > stored ? reported : stored
+
+interface OrphanedCommon {
+  readonly id: string
+  readonly tx_hash: string
+  readonly block_number: string
+  readonly block_hash: string
+}
+
+type OrphanedRow =
+  | OrphanedCommon & { readonly kind: "payment"; readonly account_id: string; readonly payment_status: string }
+  | OrphanedCommon & { readonly kind: "intent" | "challenge" }
+
+const skipped = (chain: ChainName, type: "block" | "reorg", number: bigint, transfers: number): ApplyOutcome => ({
+  chain,
+  type,
+  number,
+  applied: false,
+  cursor: null,
+  transfers,
+  detections: 0,
+  paymentsPaid: 0,
+  intentsConfirmed: 0,
+  challengesConfirmed: 0,
+  orphaned: 0,
+  paymentsReorged: 0,
+  changes: []
+})
+
+/** The transaction bodies of the matcher: `applyOne` applies one message in the caller's transaction. */
+export const makeApply = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const outbox = yield* Outbox
+  const chainRequired = yield* ChainConfirmationsRequired
+  const lateWindow = yield* LatePaymentWindowSeconds
+
+  const applyBlockInTransaction = (block: BlockRecord) =>
+    Effect.gen(function*() {
+      const transfers = blockTransfers(block)
+      // A read older than the lock it took is made again, now under the lock (rare: two
+      // replicas applying one chain at once).
+      const read = yield* Effect.flatMap(
+        readBlock(sql, block, transfers, lateWindow),
+        (first) => first.current ? Effect.succeed(first) : readBlock(sql, block, transfers, lateWindow)
+      )
+      const cursor = read.cursor
+      const cursorNumber = cursor.number
+      if (block.number <= cursorNumber) {
+        if (block.number === cursorNumber && cursor.hash !== null && cursor.hash !== block.hash) {
+          yield* Effect.logWarning("block at the cursor height with another hash and no reorg record; skipped")
+            .pipe(Effect.annotateLogs({ cursorHash: cursor.hash, blockHash: block.hash }))
+        }
+        return skipped(block.chain, "block", block.number, block.transfers.length)
+      }
+      if (block.number === cursorNumber + 1n && cursor.hash !== null && cursor.hash !== block.parentHash) {
+        yield* Effect.logWarning("block does not extend the applied chain and no reorg record came first")
+          .pipe(Effect.annotateLogs({ cursorHash: cursor.hash, parentHash: block.parentHash }))
+      }
+      const attribution = attribute(transfers, read.candidates)
+      const occurredAt = new Date(yield* Clock.currentTimeMillis)
+      const nothingToWrite = attribution.recorded.length === 0 && attribution.donations.length === 0
+      const donations = nothingToWrite ? [] : yield* writeAttribution(sql, block, attribution, {
+        insertEvents: outbox.insertEvents,
+        occurredAt: occurredAt.toISOString()
+      })
+      const finalized = newerFinalized(cursor.finalized, block.finalized)
+      const paid = yield* recount(
+        sql,
+        chainRequired[block.chain],
+        block.chain,
+        block.number,
+        block.hash,
+        block.timestamp,
+        finalized
+      )
+
+      const { deliveries, events } = paidEvents(paid, occurredAt)
+      let intents = 0
+      let challenges = 0
+      for (const row of donations) {
+        const chain = row.chain
+        const amount = BigInt(row.amount_smallest)
+        const common = {
+          chain,
+          address: row.address,
+          txHash: row.tx_hash,
+          blockNumber: block.number,
+          blockHash: block.hash,
+          amountSmallest: amount,
+          amountNative: formatSmallest(amount, chains[chainOfDonationChain(chain)].decimals),
+          usdAmount: row.usd_amount
+        }
+        if (row.kind === "intent") {
+          intents++
+          events.push(outboxRow(confirmationRecord.intentConfirmed(
+            { ...common, intentId: row.id, userId: row.account_id ?? "" },
+            occurredAt
+          )))
+        } else {
+          challenges++
+          events.push(outboxRow(confirmationRecord.challengeConfirmed({ ...common, challengeId: row.id }, occurredAt)))
+          if (row.callback_url !== null) {
+            deliveries.push(challengeDelivery(row.callback_url, {
+              challengeId: row.id,
+              chain,
+              address: row.address,
+              txHash: row.tx_hash,
+              expectedAmount: amount,
+              amountNative: common.amountNative,
+              usdAmount: row.usd_amount
+            }))
+          }
+        }
+      }
+      const completed = [...attribution.payments.values()].flatMap((p) =>
+        p.completedBy === null ? [] : [{ id: p.candidate.id, txHash: p.completedBy.txHash }]
+      )
+      yield* outbox.write(deliveries, events)
+      return {
+        chain: block.chain,
+        type: "block",
+        number: block.number,
+        applied: true,
+        cursor: { number: block.number, hash: block.hash },
+        transfers: block.transfers.length,
+        detections: completed.length + donations.length,
+        paymentsPaid: paid.length,
+        intentsConfirmed: intents,
+        challengesConfirmed: challenges,
+        orphaned: 0,
+        paymentsReorged: 0,
+        changes: [
+          ...completed.map((row): StateChange => ({ kind: "payment", id: row.id, change: "detected", txHash: row.txHash })),
+          ...donations.map((row): StateChange => ({
+            kind: row.kind,
+            id: row.id,
+            change: "confirmed",
+            txHash: row.tx_hash
+          })),
+          ...paid.map((row): StateChange => ({ kind: "payment", id: row.id, change: "paid", txHash: row.tx_hash }))
+        ]
+      } satisfies ApplyOutcome
+    })
+
+  const applyReorgInTransaction = (record: ReorgRecord) =>
+    Effect.gen(function*() {
+      const cursor = yield* lockCursor(sql, record.chain)
+      const key = reorgKey(record)
+      // Nothing applied at or above the fork (or this very record was applied already and
+      // the new canonical blocks may have followed): nothing to undo.
+      if (cursor.number < record.fromNumber || cursor.lastReorg === key) {
+        return skipped(record.chain, "reorg", record.fromNumber, 0)
+      }
+      const from = record.fromNumber.toString()
+      yield* orphanTransfers(sql, record.chain, record.fromNumber)
+      const orphaned = yield* sql<OrphanedRow>`
+        WITH orphan AS (
+          UPDATE detections SET orphaned_at = clock_timestamp()
+          WHERE chain = ${record.chain} AND orphaned_at IS NULL AND block_number >= ${from}::bigint
+          RETURNING watch_id, kind, tx_hash, block_number, block_hash
+        ),
+        reset AS (
+          UPDATE payments SET tx_hash = NULL, block_number = NULL, block_hash = NULL, confirmations = 0
+          FROM orphan
+          WHERE orphan.kind = 'payment' AND payments.id = orphan.watch_id AND payments.status = 'PENDING'
+            AND payments.block_hash = orphan.block_hash
+        ),
+        marked AS (
+          UPDATE matcher_cursors SET last_reorg = ${key} WHERE chain = ${record.chain}
+        )
+        SELECT o.kind, o.watch_id AS id, o.tx_hash, o.block_number::text AS block_number, o.block_hash,
+               p.account_id, p.status AS payment_status
+        FROM orphan o LEFT JOIN payments p ON o.kind = 'payment' AND p.id = o.watch_id`
+      const ancestor: BlockRef | null = record.commonAncestor
+      yield* recount(
+        sql,
+        chainRequired[record.chain],
+        record.chain,
+        record.fromNumber - 1n,
+        ancestor?.hash ?? null,
+        null,
+        cursor.finalized
+      )
+
+      const occurredAt = new Date(yield* Clock.currentTimeMillis)
+      const events: Array<OutboxRow> = []
+      for (const row of orphaned) {
+        if (row.kind === "payment" && row.payment_status === "PAID") {
+          events.push(outboxRow(confirmationRecord.paymentReorged({
+            paymentId: row.id,
+            userId: row.account_id,
+            chain: record.chain,
+            txHash: row.tx_hash,
+            orphanedBlockNumber: BigInt(row.block_number),
+            orphanedBlockHash: row.block_hash
+          }, occurredAt)))
+        } else if (row.kind !== "payment") {
+          yield* Effect.logWarning(`confirmed ${row.kind}'s transaction was orphaned; it stays CONFIRMED`).pipe(
+            Effect.annotateLogs({ id: row.id, txHash: row.tx_hash, block: row.block_number })
+          )
+        }
+      }
+      yield* outbox.write([], events)
+      if (events.length > 0) {
+        yield* Effect.logWarning(`${events.length} PAID payment(s) reorged out; they stay PAID`)
+      }
+      return {
+        chain: record.chain,
+        type: "reorg",
+        number: record.fromNumber,
+        applied: true,
+        cursor: { number: record.fromNumber - 1n, hash: ancestor?.hash ?? null },
+        transfers: 0,
+        detections: 0,
+        paymentsPaid: 0,
+        intentsConfirmed: 0,
+        challengesConfirmed: 0,
+        orphaned: orphaned.length,
+        paymentsReorged: events.length,
+        changes: orphaned.map((row): StateChange => ({
+          kind: row.kind,
+          id: row.id,
+          change: "detection orphaned",
+          txHash: row.tx_hash
+        }))
+      } satisfies ApplyOutcome
+    })
+
+  const applyOne = (message: BlockMessage) =>
+    (message.type === "block" ? applyBlockInTransaction(message) : applyReorgInTransaction(message)).pipe(
+      Effect.annotateLogs({
+        chain: message.chain,
+        block: (message.type === "block" ? message.number : message.fromNumber).toString()
+      })
+    )
+
+  return { applyOne } as const
+})

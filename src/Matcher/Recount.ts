@@ -1,0 +1,122 @@
+/**
+ * The matcher's confirmation count: one statement recounts a chain's detected, not yet PAID
+ * payments from its head, moves those at their threshold to PAID and stores the cursor; the
+ * payments it made PAID become their callbacks and `payment.paid` records.
+ */
+import type { SqlClient } from "@effect/sql"
+import { Effect, Schema } from "effect"
+import { Asset, assetDecimals } from "../Domain/Asset.ts"
+import { ChainName } from "../Domain/Chain.ts"
+import { formatSmallest } from "../Domain/Money.ts"
+import {
+  confirmationRecord,
+  type DeliveryRow,
+  type OutboxRow,
+  outboxRow,
+  paymentDelivery
+} from "../Webhooks/Payloads.ts"
+
+const PaidRow = Schema.Struct({
+  id: Schema.String,
+  account_id: Schema.String,
+  chain: ChainName,
+  address: Schema.String,
+  asset: Asset,
+  token_contract: Schema.NullOr(Schema.String),
+  amount_smallest: Schema.BigInt,
+  usd_amount: Schema.String,
+  callback_url: Schema.String,
+  tx_hash: Schema.String,
+  block_number: Schema.BigInt,
+  block_hash: Schema.String,
+  confirmations: Schema.Number
+})
+type PaidRow = typeof PaidRow.Type
+const decodePaid = Schema.decodeUnknown(Schema.Array(PaidRow))
+
+/** Whether a counted payment row is PAID at `head`: its threshold reached, and finality when it waits for it. */
+const paidWhen = (sql: SqlClient.SqlClient, head: bigint, chainDefault: number, finalized: bigint | null) =>
+  sql`(block_number <= ${head.toString()}::bigint + 1 - COALESCE(confirmations_required, ${chainDefault}::int)
+       AND (NOT wait_for_finality OR block_number <= ${finalized === null ? null : finalized.toString()}::bigint) IS TRUE)`
+
+/**
+ * Recounts the confirmations of the chain's detected, not yet PAID payments with `head` as
+ * the chain head, moves those at their threshold to PAID (closing their watch), stores the
+ * cursor; returns the payments that became PAID. A payment's threshold is its own
+ * `confirmations_required`, else the chain's default (rows of older code); with
+ * `wait_for_finality` it also needs the chain's finalized height at or past its block.
+ */
+export const recount = (
+  sql: SqlClient.SqlClient,
+  chainDefault: number,
+  chain: ChainName,
+  head: bigint,
+  hash: string | null,
+  blockTime: number | null,
+  finalized: bigint | null
+) =>
+  sql`
+    WITH counted AS (
+      UPDATE payments SET
+        confirmations = (${head.toString()}::bigint - block_number + 1)::int,
+        status = CASE WHEN ${paidWhen(sql, head, chainDefault, finalized)} THEN 'PAID' ELSE 'PENDING' END,
+        paid_at = CASE WHEN ${paidWhen(sql, head, chainDefault, finalized)} THEN now() END
+      WHERE chain = ${chain} AND status = 'PENDING' AND tx_hash IS NOT NULL
+        AND block_number <= ${head.toString()}::bigint
+      RETURNING id, account_id, chain, address, asset, token_contract, amount_smallest::text AS amount_smallest,
+                usd_amount::text AS usd_amount, callback_url, tx_hash, block_number::text AS block_number,
+                block_hash, confirmations, status
+    ),
+    closed AS (
+      UPDATE watches SET open = false FROM counted
+      WHERE counted.status = 'PAID' AND watches.id = counted.id
+    ),
+    moved AS (
+      UPDATE matcher_cursors SET number = ${head.toString()}::bigint, hash = ${hash},
+        block_time = to_timestamp(${blockTime}::double precision), updated_at = clock_timestamp(),
+        finalized = GREATEST(finalized, ${finalized === null ? null : finalized.toString()}::bigint)
+      WHERE chain = ${chain}
+    )
+    SELECT id, account_id, chain, address, asset, token_contract, amount_smallest, usd_amount, callback_url, tx_hash,
+           block_number, block_hash, confirmations
+    FROM counted WHERE status = 'PAID'`.pipe(
+    // A row of another shape is a bug in this statement, not a database failure.
+    Effect.flatMap((rows) => Effect.orDie(decodePaid(rows)))
+  )
+
+/** The callbacks and `payment.paid` records of the payments a recount made PAID. */
+export const paidEvents = (rows: ReadonlyArray<PaidRow>, occurredAt: Date) => {
+  const deliveries: Array<DeliveryRow> = []
+  const events: Array<OutboxRow> = []
+  for (const row of rows) {
+    const token = row.asset !== "native" && row.token_contract !== null
+      ? { asset: row.asset, tokenContract: row.token_contract }
+      : {}
+    deliveries.push(paymentDelivery(row.callback_url, {
+      paymentId: row.id,
+      userId: row.account_id,
+      chain: row.chain,
+      address: row.address,
+      txHash: row.tx_hash,
+      blockNumber: row.block_number,
+      confirmations: row.confirmations,
+      expectedAmountWei: row.amount_smallest,
+      ...token
+    }))
+    events.push(outboxRow(confirmationRecord.paymentPaid({
+      paymentId: row.id,
+      userId: row.account_id,
+      chain: row.chain,
+      address: row.address,
+      txHash: row.tx_hash,
+      blockNumber: row.block_number,
+      blockHash: row.block_hash,
+      confirmations: row.confirmations,
+      amountSmallest: row.amount_smallest,
+      amountNative: formatSmallest(row.amount_smallest, assetDecimals(row.chain, row.asset)),
+      usdAmount: row.usd_amount,
+      ...token
+    }, occurredAt)))
+  }
+  return { deliveries, events }
+}
