@@ -63,6 +63,10 @@ export const recount = (
         paid_at = CASE WHEN ${paidWhen(sql, head, chainDefault, finalized)} THEN now() END
       WHERE chain = ${chain} AND status = 'PENDING' AND tx_hash IS NOT NULL
         AND block_number <= ${head.toString()}::bigint
+        -- A row whose count is already right and that stays PENDING is not written again (a
+        -- payment completed in this very block was written with its first confirmation).
+        AND (confirmations <> ${head.toString()}::bigint - block_number + 1
+             OR ${paidWhen(sql, head, chainDefault, finalized)})
       RETURNING id, account_id, chain, address, asset, token_contract, amount_smallest::text AS amount_smallest,
                 usd_amount::text AS usd_amount, callback_url, tx_hash, block_number::text AS block_number,
                 block_hash, confirmations, status

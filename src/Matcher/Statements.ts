@@ -265,8 +265,8 @@ export interface RecordsSink {
 /**
  * Writes an attribution in one statement: the recorded transfers (a replayed block collides on
  * their key) and their confirmation-topic records (colliding on their ids), the payments' sums
- * and exceptions (the completing transfer sets `tx_hash`; a late one leaves the payment EXPIRED
- * and closes its watch), the confirmed intents and challenges (activating a signup's
+ * and exceptions (the completing transfer sets `tx_hash`, its block counting as the first
+ * confirmation; a late one leaves the payment EXPIRED and closes its watch), the confirmed intents and challenges (activating a signup's
  * subscription), and the detections. Returns the confirmed intents and challenges.
  */
 export const writeAttribution = (
@@ -322,7 +322,7 @@ export const writeAttribution = (
         tx_hash = COALESCE(u.tx_hash, payments.tx_hash),
         block_number = CASE WHEN u.tx_hash IS NULL THEN payments.block_number ELSE ${n}::bigint END,
         block_hash = CASE WHEN u.tx_hash IS NULL THEN payments.block_hash ELSE ${block.hash} END,
-        confirmations = CASE WHEN u.tx_hash IS NULL THEN payments.confirmations ELSE 0 END
+        confirmations = CASE WHEN u.tx_hash IS NULL THEN payments.confirmations ELSE 1 END
       FROM u WHERE payments.id = u.id
       RETURNING payments.id, u.tx_hash AS completed_tx, payments.status
     ),
