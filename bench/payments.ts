@@ -29,7 +29,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from "node:ht
 import { setFlagsFromString } from "node:v8"
 import { runInNewContext } from "node:vm"
 import pg from "pg"
-import { usdToSmallest } from "../src/Domain/Money.ts"
+import { steppedAmount } from "../src/Domain/Money.ts"
 import { spawnAnvil } from "../test/ingest/harness.ts"
 import { freePort } from "../test/support/Service.ts"
 import { makeTestApp } from "../test/support/TestApp.ts"
@@ -46,6 +46,8 @@ const settings = Config.all({
 })
 
 const ethPrice = "3000.5"
+/** The service's default `AMOUNT_STEP_USD`: the bare server quotes on the same step. */
+const amountStepUsd = BigDecimal.unsafeFromString("0.01")
 const hook = "https://93.184.216.34/hook"
 
 /** POST /payments of `usd` on ethereum. */
@@ -68,7 +70,8 @@ const bodyOf = (request: IncomingMessage) =>
 /**
  * POST /payments in one statement, as the service writes it (Payments.ts): the least-used
  * address (locked), one event of the allowance, the address counted, the watch at the first
- * free amount through `open_watch` (migrations/00010_taken_runs.ts), the payment.
+ * free amount on its step through `open_watch_stepped` (migrations/00015_amount_steps.ts), the
+ * payment.
  */
 const createSql = `
   WITH picked AS MATERIALIZED (
@@ -83,7 +86,8 @@ const createSql = `
     WHERE account_id = $2 AND chain = $3 AND address = (SELECT address FROM picked) AND EXISTS (SELECT 1 FROM taken)
     RETURNING address),
   watch AS MATERIALIZED (
-    SELECT address, open_watch($1, 'payment', $3, 'native', allocated.address, $4::numeric, 0, now() + interval '1 hour') AS amount
+    SELECT address, open_watch_stepped($1, 'payment', $3, 'native', allocated.address, $4::numeric, $7::numeric, 0,
+                                       now() + interval '1 hour') AS amount
     FROM allocated),
   payment AS (
     INSERT INTO payments (id, account_id, chain, address, amount_smallest, usd_amount, callback_url, status, start_block, expires_at)
@@ -121,12 +125,13 @@ const bareServer = (databaseUrl: string, poolSize: number, prepared: boolean) =>
           if (account === undefined) return void response.writeHead(401).end()
           if (request.method === "POST") {
             const input = JSON.parse(await bodyOf(request)) as { usd_amount: string; chain: string; callback_url: string }
-            const requested = usdToSmallest(BigDecimal.unsafeFromString(input.usd_amount), BigDecimal.unsafeFromString(ethPrice), 18)
+            // The amount on the service's default step (AMOUNT_STEP_USD 0.01), as it quotes it.
+            const requested = steppedAmount(BigDecimal.unsafeFromString(input.usd_amount), BigDecimal.unsafeFromString(ethPrice), 18, amountStepUsd)
             const id = randomUUID()
             const created = (await client.query<{ address: string; amount: string | null }>(statement(
               "create",
               createSql,
-              [id, account, input.chain, requested.toString(), input.usd_amount, input.callback_url]
+              [id, account, input.chain, requested.amount.toString(), input.usd_amount, input.callback_url, requested.step.toString()]
             ))).rows[0]
             if (created?.amount == null) throw new Error("no address or allowance used up")
             const { address, amount } = created
@@ -186,15 +191,15 @@ export const addWatches = (pool: pg.Pool, from: number, to: number) =>
     await pool.query("ANALYZE watches")
   })
 
-/** `count` watches at `amount` and above on `address`, as many payments of one amount leave them. */
-const addHotWatches = (pool: pg.Pool, address: string, amount: bigint, count: number) =>
+/** `count` watches at `amount` and the steps above it on `address`, as many payments of one amount leave them. */
+const addHotWatches = (pool: pg.Pool, address: string, stepped: { readonly amount: bigint; readonly step: bigint }, count: number) =>
   Effect.promise(() =>
     pool.query(
       `INSERT INTO watches (id, kind, chain, address, amount_smallest, start_block, expires_at)
-       SELECT gen_random_uuid(), 'payment', 'ethereum', $1, $2::numeric + k, 0, now() + interval '1 day'
+       SELECT gen_random_uuid(), 'payment', 'ethereum', $1, $2::numeric + k * $4::numeric, 0, now() + interval '1 day'
        FROM generate_series(0, $3::int - 1) AS k
        ON CONFLICT (chain, asset, address, amount_smallest) WHERE open DO NOTHING`,
-      [address, amount.toString(), count]
+      [address, stepped.amount.toString(), count, stepped.step.toString()]
     )
   )
 
@@ -327,7 +332,7 @@ export const run = Effect.gen(function*() {
   if (open < s.background) yield* addWatches(pool, open, s.background)
   open = Math.max(open, s.background)
   const hotUsd = "7.77"
-  const hotAmount = usdToSmallest(BigDecimal.unsafeFromString(hotUsd), BigDecimal.unsafeFromString(ethPrice), 18)
+  const hotAmount = steppedAmount(BigDecimal.unsafeFromString(hotUsd), BigDecimal.unsafeFromString(ethPrice), 18, amountStepUsd)
   yield* addHotWatches(pool, serviceAddress, hotAmount, s.hot)
   yield* addHotWatches(pool, bareAddress, hotAmount, s.hot)
   for (const c of s.concurrency) {
