@@ -305,7 +305,10 @@ export const writeAttribution = (
       SELECT ${block.chain}, r.asset, r.address, r.tx_hash, r.position, r.amount, ${n}::bigint, ${block.hash},
              to_timestamp(${block.timestamp}::double precision), r.payment_id, r.attribution
       FROM r
-      ON CONFLICT DO NOTHING
+      -- A block orphaned and canonical again (the same hash) brings its transfer back: count it again.
+      ON CONFLICT (chain, block_hash, tx_hash, position) DO UPDATE
+        SET orphaned_at = NULL, payment_id = excluded.payment_id, attribution = excluded.attribution
+        WHERE transfers.orphaned_at IS NOT NULL
     ),
     recorded_events AS (${records.insertEvents(accountingRecords(sql, "r", block, records.occurredAt))}),
     u AS (
@@ -362,7 +365,9 @@ export const writeAttribution = (
       SELECT id, 'payment', ${block.chain}, completed_tx, ${n}::bigint, ${block.hash} FROM p WHERE completed_tx IS NOT NULL
       UNION ALL SELECT id, 'intent', ${block.chain}, tx_hash, ${n}::bigint, ${block.hash} FROM i
       UNION ALL SELECT id, 'challenge', ${block.chain}, tx_hash, ${n}::bigint, ${block.hash} FROM c
-      ON CONFLICT DO NOTHING
+      -- Canonical again: the detection is live again, so the next reorg takes it out.
+      ON CONFLICT (watch_id, block_hash, tx_hash) DO UPDATE SET orphaned_at = NULL
+        WHERE detections.orphaned_at IS NOT NULL
     )
     SELECT 'intent' AS kind, id, account_id, chain, address, amount_smallest::text AS amount_smallest,
            usd_amount::text AS usd_amount, NULL AS callback_url, tx_hash FROM i
