@@ -2,33 +2,16 @@
  * The transfers an account may see, as the API shows them: the matcher's transfer log
  * (`TransferLog`, which decides visibility) with each amount in the asset's decimal form.
  */
-import { Effect, type Option } from "effect"
-import { type Asset, tokenDecimals } from "../Domain/Asset.ts"
-import { type ChainName, chains } from "../Domain/Chain.ts"
+import { Effect } from "effect"
+import { tokenDecimals } from "../Domain/Asset.ts"
+import { chains } from "../Domain/Chain.ts"
 import { formatSmallest } from "../Domain/Money.ts"
-import { TransferLog } from "../Matcher/TransferLog.ts"
+import { type LoggedTransfer, TransferLog, type TransferLogQuery } from "../Matcher/TransferLog.ts"
 
-export interface TransferQuery {
-  readonly accountId: string
-  readonly chain: Option.Option<ChainName>
-  readonly address: Option.Option<string>
-  readonly paymentId: Option.Option<string>
-  /** Only transfers older than this one (the previous page's last). */
-  readonly before: Option.Option<bigint>
-  readonly limit: number
-}
+export type TransferQuery = TransferLogQuery
 
-export interface TransferView {
-  readonly id: bigint
-  readonly chain: ChainName
-  readonly address: string
-  readonly asset: Asset
-  readonly txHash: string
-  readonly blockNumber: bigint
-  readonly amount: bigint
+export interface TransferView extends LoggedTransfer {
   readonly amountNative: string
-  readonly confirmations: number
-  readonly paymentId: string | null
 }
 
 export class Transfers extends Effect.Service<Transfers>()("confirmd/Transfers", {
