@@ -55,23 +55,26 @@ const migrationWait = Config.integer("MIGRATION_WAIT_SECONDS").pipe(
 const LEGACY_POOL_NAME = "confirmd"
 const LOCK_SESSION_PREFIX = "confirmd-ingester "
 
-/** The advisory lock replicas take in turn to migrate (a session lock: released when its connection closes). */
+/** The advisory lock replicas take in turn to migrate (transaction-scoped: released at its commit). */
 const MIGRATION_LOCK = 0x636f6e66 // "conf"
 
 /**
  * One replica at a time applies migrations: the others wait here (seconds: only while one
- * applies, never while it waits for older replicas) and then find them applied. The embedded
- * database has one process and one connection, so no lock there.
+ * applies, never while it waits for older replicas) and then find them applied. The lock is
+ * the first statement of the transaction that applies them, on the same connection, so a pool
+ * of one connection works too. The embedded database has one process and one connection, so
+ * no lock there.
  */
 const oneAtATime = <A, E, R>(embedded: boolean, migrate: Effect.Effect<A, E, R>) =>
-  embedded ? migrate : Effect.scoped(Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    yield* Effect.acquireRelease(
-      Effect.tap(sql.reserve, (connection) => connection.executeRaw("SELECT pg_advisory_lock($1)", [MIGRATION_LOCK])),
-      (connection) => Effect.ignore(connection.executeRaw("SELECT pg_advisory_unlock($1)", [MIGRATION_LOCK]))
-    )
-    return yield* migrate
-  }))
+  embedded ? migrate : Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql.withTransaction(Effect.all([
+      sql`SELECT pg_advisory_xact_lock(${MIGRATION_LOCK})`,
+      // As the migrator makes it: its own check for the table would fail, and so abort, this transaction.
+      sql`CREATE TABLE IF NOT EXISTS confirmd_migrations (
+            migration_id integer PRIMARY KEY,
+            created_at timestamp with time zone NOT NULL DEFAULT now(),
+            name text NOT NULL)`
+    ]).pipe(Effect.zipRight(migrate))))
 
 export const runMigrations = (options: {
   readonly embedded: boolean

@@ -67,6 +67,7 @@ layer(App.layer(), { excludeTestServices: true })("documentation and health", (i
         "GET /payments",
         "GET /payments/{payment_id}",
         "GET /payments/{payment_id}/deliveries",
+        "GET /transfers",
         "POST /account/api-key/rotate",
         "POST /account/subscribe",
         "POST /account/webhook-secret/rotate",

@@ -82,7 +82,7 @@ for (const variant of variants) {
           seenIds.push({ id: payment.payment_id, type: "payment.paid" })
         }))
 
-      it.scoped("a different amount or another address matches nothing", () =>
+      it.scoped("with two payments open on the address, a different amount or another address pays neither", () =>
         Effect.gen(function*() {
           const app = yield* App
           const receiver = yield* WebhookReceiver.make()
@@ -93,6 +93,9 @@ for (const variant of variants) {
               (r) => r.body as Json
             )
           const target = yield* create("20")
+          // A second open payment on the address: an odd amount is then nobody's (with one open
+          // payment it would be that payment's, as an underpayment or an overpayment).
+          const other = yield* create("30")
           yield* anvil.send(SHOP, BigInt(target.amount_wei) + 1n)
           yield* anvil.send(SHOP, BigInt(target.amount_wei) - 1n)
           yield* anvil.send(OTHER, BigInt(target.amount_wei))
@@ -102,7 +105,15 @@ for (const variant of variants) {
           yield* anvil.send(SHOP, BigInt(control.amount_wei))
           yield* anvil.mine(1)
           yield* eventually(status(key, control.payment_id), (s) => s.status === "PAID")
-          expect(yield* status(key, target.payment_id)).toMatchObject({ status: "PENDING", tx_hash: null, confirmations: 0 })
+          for (const unpaid of [target, other]) {
+            expect(yield* status(key, unpaid.payment_id)).toMatchObject({
+              status: "PENDING",
+              tx_hash: null,
+              confirmations: 0,
+              amount_received_wei: "0",
+              exception: null
+            })
+          }
           const calls = yield* receiver.waitFor(1)
           expect(calls.map((c) => (c.body as Json).paymentId)).toEqual([control.payment_id])
         }))

@@ -86,8 +86,9 @@ layer(withToken, { excludeTestServices: true })("stablecoin payments", (it) => {
         confirmations_required: 2,
         wait_for_finality: false
       })
-      // The same amount again on the same address and token is raised by one unit; in ETH it is its own.
-      expect((yield* create({ usd_amount: "12.5", asset: "USDC" })).body.amount_wei).toBe("12500001")
+      // The same amount again on the same address and token is raised by one step (a cent of USDC,
+      // AMOUNT_STEP_USD); in ETH it is its own.
+      expect((yield* create({ usd_amount: "12.5", asset: "USDC" })).body.amount_wei).toBe("12510000")
       const inEth = (yield* create({ usd_amount: "12.5" })).body
       expect(Object.keys(inEth).sort()).toEqual([
         "address",
