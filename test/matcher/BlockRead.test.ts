@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import { SqlClient } from "@effect/sql"
-import { Effect, Fiber, Layer } from "effect"
+import { Effect, Fiber, Layer, TestServices } from "effect"
 import { insertWatches, makeBlock } from "../../bench/matcher.ts"
 import { Matcher } from "../../src/Matcher/Matcher.ts"
 import { Outbox } from "../../src/Outbox/Outbox.ts"
@@ -46,7 +46,7 @@ describe("the block statement's read and the cursor lock", () => {
             WHERE datname = current_database() AND wait_event_type = 'Lock'`,
           ([row]) => row!.waiting > 0,
           10
-        )
+        ).pipe(TestServices.provideLive) // real time: the test runs on the TestClock
         yield* other.executeRaw("COMMIT", [])
         const outcome = yield* Fiber.join(applying)
 
