@@ -3,7 +3,7 @@
  *
  * Starts a local EVM chain (the anvil binary from node_modules, chain id 1 because confirmd
  * watches it as `ethereum`), a webhook inbox, and confirmd itself as `npm start` runs it
- * (embedded PGlite, in-process event log) with fixed prices and loopback callbacks allowed.
+ * (embedded PGlite, its event log in the same database) with fixed prices and loopback callbacks allowed.
  * Then it walks through signup, address, payment, the payer's transfer and the confirming
  * block, printing every request, response and the webhook, and stays up with the checkout
  * page's URL until Ctrl-C, which stops everything it started.

@@ -1,7 +1,7 @@
 /**
  * End to end, as a merchant and a payer see it: the whole service (HTTP, ingesters, matcher,
  * webhook dispatcher, outbox relay) against PostgreSQL + Kafka, and again on the embedded
- * defaults (PGlite + in-process log), driven only through HTTP and the chain nodes.
+ * defaults (PGlite, the event log in it), driven only through HTTP and the chain nodes.
  */
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
@@ -19,7 +19,7 @@ const DONATION_BTC = "rb1qqgpqyqszqgpqyqszqgpqyqszqgpqyqszgde5ep"
 
 const variants = [
   { name: "PostgreSQL and Kafka", kafka: true },
-  { name: "the embedded defaults (PGlite, in-process log)", kafka: false }
+  { name: "the embedded defaults (PGlite, the event log in it)", kafka: false }
 ] as const
 
 for (const variant of variants) {
