@@ -56,7 +56,7 @@ describe.each(logKinds)("ChainIngester on anvil through the %s EventLog", (kind)
       const eventLog = yield* makeEventLog(kind)
       const seen = yield* collect(eventLog, "ethereum")
       const registry = yield* startIngesters(eventLog, env(database.url, anvilUrl()))
-      const start = yield* statusUntil(registry, "ethereum", (s) => s.lastPublished !== null)
+      const start = yield* statusUntil(registry, "ethereum", (s) => s.lastPublished !== null, 90)
 
       const { test, wallet } = anvilClients(anvilUrl())
       const sent: Array<{ hash: Hash; to: `0x${string}`; value: bigint }> = []
@@ -68,8 +68,9 @@ describe.each(logKinds)("ChainIngester on anvil through the %s EventLog", (kind)
       // Mined explicitly in case automine is off.
       yield* Effect.promise(() => test.mine({ blocks: 1 }))
       const head = yield* headOf(anvilUrl())
-      yield* statusUntil(registry, "ethereum", (s) => s.lastPublished !== null && s.lastPublished.number >= head)
-      const blocks = blocksOf(yield* until(Ref.get(seen), (all) => blocksOf(all).at(-1)?.number === head))
+      // Generous: a fresh consumer group's first join to a broker that other suites restarted can be slow.
+      yield* statusUntil(registry, "ethereum", (s) => s.lastPublished !== null && s.lastPublished.number >= head, 90)
+      const blocks = blocksOf(yield* until(Ref.get(seen), (all) => blocksOf(all).at(-1)?.number === head, 90))
 
       expect(blocks[0]?.number).toBe(start.lastPublished!.number)
       expect(gapsAndRepeats(blocks)).toEqual([])
@@ -87,7 +88,7 @@ describe.each(logKinds)("ChainIngester on anvil through the %s EventLog", (kind)
           }
         ])
       }
-    }))
+    }), 240_000)
 
   it.scopedLive("catches up 300 blocks mined while stopped, in order, with no gap or repeat", () =>
     Effect.gen(function*() {
