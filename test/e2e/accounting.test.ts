@@ -208,8 +208,12 @@ describe("every cent accounted for, on anvil and bitcoin regtest", () => {
       const expiresAt = Date.parse(payment.expires_at)
 
       yield* eventually(statusOf(app, key, payment.payment_id), (s) => s.status === "EXPIRED")
-      // Block times are whole seconds: a second past expiry, the next block's time is at or after it.
+      // Block times are whole seconds and the shared chain's clock may run ahead of or behind this
+      // one (other suites move it): mine the transfer in a block stamped past the expiry.
       yield* eventually(Effect.sync(() => Date.now()), (now) => now >= expiresAt + 1_000, 30)
+      const latest = (yield* anvil.rpc("eth_getBlockByNumber", ["latest", false])) as { timestamp: string }
+      const stamp = Math.max(Number(BigInt(latest.timestamp)) + 1, Math.ceil(expiresAt / 1000) + 1)
+      yield* anvil.rpc("evm_setNextBlockTimestamp", [stamp])
       const hash = yield* anvil.send(shop, BigInt(payment.amount_wei))
       const receipt = yield* anvil.receipt(hash)
       const mined = (yield* anvil.rpc("eth_getBlockByHash", [receipt.blockHash, false])) as { timestamp: string }

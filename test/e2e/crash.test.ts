@@ -79,7 +79,12 @@ const pay = (payment: Payment) =>
     return BigInt((yield* anvil.receipt(hash)).blockNumber)
   })
 
-/** Every payment PAID through the API, every webhook delivered, and exactly one webhook per payment. */
+/**
+ * Every payment PAID through the API, every webhook delivered, and one delivery per payment: a
+ * process killed between a POST and its record sends that delivery again after the restart (the
+ * contract's at-least-once), with the same `webhook-id`, so a repeat is allowed, a second
+ * delivery is not.
+ */
 const allPaidOnce = (base: string, key: string, receiver: WebhookReceiverHandle, payments: ReadonlyArray<Payment>) =>
   Effect.gen(function*() {
     for (const payment of payments) {
@@ -87,8 +92,10 @@ const allPaidOnce = (base: string, key: string, receiver: WebhookReceiverHandle,
     }
     yield* until(opsStatus(base), (s) => s?.outbox?.webhooks_pending === 0, 90, 100)
     const requests = yield* receiver.waitFor(payments.length, 60)
-    const paid = requests.map((r) => (r.body as Json)?.paymentId)
+    const paid = new Set(requests.map((r) => String((r.body as Json)?.paymentId)))
     expect([...paid].sort()).toEqual(payments.map((p) => p.id).sort())
+    const deliveries = new Set(requests.map((r) => `${(r.body as Json)?.paymentId} ${r.headers["webhook-id"]}`))
+    expect(deliveries.size).toBe(payments.length)
   })
 
 const PaymentStatus = Schema.Struct({ id: Schema.String, status: Schema.String })
@@ -187,9 +194,10 @@ describe("kill -9 with the embedded event log", () => {
       }
 
       yield* allPaidOnce(base, key, receiver, payments)
+      // How many kills caught the paying block published but not applied depends on the machine
+      // (0 to 4 of 4 seen): reported, not asserted. The PostgreSQL case above holds the matcher
+      // and so always catches it.
       yield* Effect.logInfo(`rounds whose paying block was published but not applied at the kill: ${unappliedAtKill.filter((x) => x).length} of ${rounds}`)
-      // The backlog keeps the matcher behind the ingester: at least one kill caught it.
-      expect(unappliedAtKill).toContain(true)
     }), { timeout: 600_000 })
 })
 
