@@ -98,7 +98,8 @@ export const runMigrations = (options: {
       .pipe(Effect.annotateLogs({ schemaVersion: applied, codeSchemaVersion, pending: pending.map((e) => e.file).join(",") }))
 
     const { contract, expand, rest } = splitAtContract(pending)
-    yield* oneAtATime(options.embedded, apply(expand))
+    // Nothing pending (every start but an upgrade's): no transaction and no lock.
+    if (Arr.isNonEmptyReadonlyArray(expand)) yield* oneAtATime(options.embedded, apply(expand))
     if (Option.isSome(contract)) {
       if (!options.embedded) yield* awaitNoOlderReplicas(contract.value, idOf(contract.value))
       yield* oneAtATime(options.embedded, apply(rest))
