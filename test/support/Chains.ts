@@ -2,7 +2,7 @@
  * Driving the test chains the way a payer would: native transfers from anvil's unlocked dev
  * accounts and from the bitcoin regtest wallet, and mining.
  */
-import { Effect } from "effect"
+import { Duration, Effect, Schedule } from "effect"
 import { anvilUrl, bitcoinRpcUrl, eventually } from "./TestApp.ts"
 
 /** anvil's first dev account (unlocked: anvil signs its transactions). */
@@ -52,8 +52,11 @@ export const anvil = {
 
 const walletUrl = () => process.env.BITCOIN_WALLET_RPC_URL ?? "http://confirmd:confirmd@127.0.0.1:18445"
 
+class WalletRefused extends Error {}
+
 const walletRest = (path: string, body: unknown) =>
-  Effect.promise(async () => {
+  Effect.tryPromise({
+    try: async () => {
     const parsed = new URL(walletUrl())
     const auth = Buffer.from(`${decodeURIComponent(parsed.username)}:${decodeURIComponent(parsed.password)}`).toString("base64")
     parsed.username = ""
@@ -64,9 +67,24 @@ const walletRest = (path: string, body: unknown) =>
       body: JSON.stringify(body),
       signal: AbortSignal.timeout(30_000)
     })
-    if (!response.ok) throw new Error(`${path}: ${response.status} ${await response.text()}`)
+    if (!response.ok) throw new WalletRefused(`${path}: ${response.status} ${await response.text()}`)
     return await response.json() as { hash: string }
+    },
+    catch: (error) => error instanceof WalletRefused ? error : new WalletRefused(String(error))
   })
+
+/**
+ * The wallet indexes new blocks in its own task, so coins mined a moment ago can still be
+ * missing from its balance: a send refused for funds is tried again for a while.
+ */
+const whenFunded = <A>(send: Effect.Effect<A, WalletRefused>) =>
+  send.pipe(
+    Effect.retry({
+      schedule: Schedule.spaced(Duration.millis(200)).pipe(Schedule.upTo(Duration.seconds(30))),
+      while: (error) => error.message.includes("Not enough funds")
+    }),
+    Effect.orDie
+  )
 
 export const bitcoin = {
   rpc: (method: string, params: ReadonlyArray<unknown> = []) => jsonRpc(bitcoinRpcUrl(), method, params),
@@ -79,7 +97,7 @@ export const bitcoin = {
   /** Pays `sats` to `address` from the regtest wallet (not yet mined); returns the txid. */
   send: (address: string, sats: bigint) =>
     Effect.map(
-      walletRest("/wallet/primary/send", { outputs: [{ address, value: Number(sats) }], rate: 10000 }),
+      whenFunded(walletRest("/wallet/primary/send", { outputs: [{ address, value: Number(sats) }], rate: 10000 })),
       (tx) => tx.hash
     )
 }
