@@ -24,7 +24,7 @@ import { ExpirySweeperLive } from "./Watches/ExpirySweeper.ts"
 import { Watches } from "./Watches/Watches.ts"
 import { OutboxRelayLive } from "./Webhooks/OutboxRelay.ts"
 import { WebhookDispatcherLive } from "./Webhooks/WebhookDispatcher.ts"
-import { DeliveryLog } from "./Webhooks/DeliveryLog.ts"
+import { DeliveryLog } from "./Outbox/DeliveryLog.ts"
 import { WebhookSecrets } from "./Webhooks/WebhookSecrets.ts"
 
 /** Marks the monitor as running once every background fiber it depends on has started. */

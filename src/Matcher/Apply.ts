@@ -30,7 +30,7 @@ import { type ChainName, chainOfDonationChain, chains } from "../Domain/Chain.ts
 import { formatSmallest } from "../Domain/Money.ts"
 import { Outbox } from "../Outbox/Outbox.ts"
 import type { BlockMessage, BlockRecord, BlockRef, ReorgRecord } from "../Ingest/BlockMessage.ts"
-import { challengeDelivery, confirmationRecord, type OutboxRow, outboxRow } from "../Webhooks/Payloads.ts"
+import { challengeDelivery, confirmationRecord, type OutboxRow, outboxRow } from "../Outbox/Payloads.ts"
 import { attribute, type BlockTransfer, positionOf } from "./Attribution.ts"
 import { ChainConfirmationsRequired } from "./Confirmations.ts"
 import { paidEvents, recount } from "./Recount.ts"

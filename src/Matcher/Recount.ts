@@ -14,7 +14,7 @@ import {
   type OutboxRow,
   outboxRow,
   paymentDelivery
-} from "../Webhooks/Payloads.ts"
+} from "../Outbox/Payloads.ts"
 
 const PaidRow = Schema.Struct({
   id: Schema.String,

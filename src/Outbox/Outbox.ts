@@ -9,7 +9,7 @@
 import { SqlClient, type Statement } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Effect, Queue } from "effect"
-import type { DeliveryRow, OutboxRow } from "../Webhooks/Payloads.ts"
+import type { DeliveryRow, OutboxRow } from "./Payloads.ts"
 
 export class Outbox extends Effect.Service<Outbox>()("confirmd/Outbox", {
   effect: Effect.gen(function*() {

@@ -23,8 +23,8 @@ import { native, type WatchAsset, Watches } from "../Watches/Watches.ts"
 import { Asset, assetDecimals } from "../Domain/Asset.ts"
 import { isToken } from "../Chains/Tokens.ts"
 import { checkCallbackUrl } from "../Webhooks/CallbackUrl.ts"
-import { type Delivery, DeliveryLog } from "../Webhooks/DeliveryLog.ts"
-import { eventId } from "../Webhooks/Payloads.ts"
+import { type Delivery, DeliveryLog } from "../Outbox/DeliveryLog.ts"
+import { eventId } from "../Outbox/Payloads.ts"
 import { CreatePaymentOut, DeliveryAttemptOut, DeliveryOut, PaymentStatus } from "./Api.ts"
 
 const PaymentRow = Schema.Struct({

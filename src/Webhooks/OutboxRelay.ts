@@ -2,7 +2,7 @@
  * Publishes the rows of `outbox_events` (written by the matcher in its block transaction) to
  * the `<prefix>.confirmations` topic, in `created_at` order: key = the row's `key` (payment,
  * challenge or intent id), value = the payload JSON (a `ConfirmationRecord`, see
- * ./Payloads.ts), headers `event-id` and `event-type`. A row is marked `published_at` only
+ * Outbox/Payloads.ts), headers `event-id` and `event-type`. A row is marked `published_at` only
  * after the EventLog acknowledged it, so delivery is at-least-once: after a crash between the
  * two, the record is published again with the same id, which consumers deduplicate on.
  *

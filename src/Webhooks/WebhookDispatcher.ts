@@ -59,7 +59,7 @@ import type { LookupFunction } from "node:net"
 import { hostOf, rootMessage } from "../Domain/Host.ts"
 import { logFailure } from "../Supervision/FailureLog.ts"
 import { AllowPrivateNetworks, checkCallbackUrl, nonPublicRange } from "./CallbackUrl.ts"
-import { signerKindOf } from "./Payloads.ts"
+import { signerKindOf } from "../Outbox/Payloads.ts"
 import { callbackHeaders, type Signing } from "./Signing.ts"
 import { WebhookSecrets } from "./WebhookSecrets.ts"
 

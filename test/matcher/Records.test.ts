@@ -2,7 +2,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { SqlClient } from "@effect/sql"
 import { Effect, Schema } from "effect"
 import { accountingRecords } from "../../src/Matcher/Records.ts"
-import { confirmationRecord, ConfirmationRecord, outboxRow } from "../../src/Webhooks/Payloads.ts"
+import { confirmationRecord, ConfirmationRecord, outboxRow } from "../../src/Outbox/Payloads.ts"
 import { DatabaseTest } from "../support/Database.ts"
 
 const block = { chain: "ethereum", number: 19_000_123n, hash: `0x${"ab".repeat(32)}` } as const

@@ -38,7 +38,7 @@ import {
 } from "../../src/Supervision/Supervisor.ts"
 import { ExpirySweeperLive } from "../../src/Watches/ExpirySweeper.ts"
 import { OutboxRelayLive } from "../../src/Webhooks/OutboxRelay.ts"
-import { confirmationRecord, outboxRow, paymentDelivery } from "../../src/Webhooks/Payloads.ts"
+import { confirmationRecord, outboxRow, paymentDelivery } from "../../src/Outbox/Payloads.ts"
 import { newWebhookSecret } from "../../src/Webhooks/Signing.ts"
 import { WebhookDispatcherLive } from "../../src/Webhooks/WebhookDispatcher.ts"
 import { anvil } from "../support/Chains.ts"

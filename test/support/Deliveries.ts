@@ -3,7 +3,7 @@ import { ConfigProvider, Context, Effect, Layer } from "effect"
 import { randomUUID } from "node:crypto"
 import { Outbox } from "../../src/Outbox/Outbox.ts"
 import { Supervisor } from "../../src/Supervision/Supervisor.ts"
-import type { PaymentCallback } from "../../src/Webhooks/Payloads.ts"
+import type { PaymentCallback } from "../../src/Outbox/Payloads.ts"
 import { WebhookDispatcher, WebhookDispatcherLive } from "../../src/Webhooks/WebhookDispatcher.ts"
 
 /** One dispatcher (a replica) with test configuration, built in the caller's scope. */

@@ -15,7 +15,7 @@ import {
   decodeConfirmationRecord,
   encodeConfirmationRecord,
   outboxRow
-} from "../../src/Webhooks/Payloads.ts"
+} from "../../src/Outbox/Payloads.ts"
 import { DatabaseTest } from "../support/Database.ts"
 import { Supervisor } from "../../src/Supervision/Supervisor.ts"
 import { Outbox } from "../../src/Outbox/Outbox.ts"

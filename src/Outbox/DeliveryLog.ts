@@ -10,7 +10,7 @@
  */
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
-import { Outbox } from "../Outbox/Outbox.ts"
+import { Outbox } from "./Outbox.ts"
 
 export interface DeliveryAttempt {
   readonly startedAt: Date
