@@ -1,14 +1,8 @@
 // The pure part of reading EVM blocks: receipts, call traces in both formats, token logs.
 import { describe, expect, it } from "@effect/vitest"
 import { FastCheck } from "effect"
-import {
-  type CallFrame,
-  internalFromCallFrames,
-  internalFromParityTraces,
-  type ParityTrace,
-  settledTransfers,
-  transferTopic
-} from "../../src/Chains/EvmBlocks.ts"
+import { internalFromCallFrames, internalFromParityTraces, settledTransfers, transferTopic } from "../../src/Chains/EvmSettlement.ts"
+import type { CallFrame, ParityTrace } from "../../src/Chains/EvmWire.ts"
 
 const address = (n: number) => `0x${n.toString(16).padStart(40, "0")}`
 const word = (n: bigint) => `0x${n.toString(16).padStart(64, "0")}`
