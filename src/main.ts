@@ -19,6 +19,7 @@ import { Outbox } from "./Outbox/Outbox.ts"
 import { Payments } from "./Payments/Payments.ts"
 import { PriceOracle } from "./Price/PriceOracle.ts"
 import { SchemaFence } from "./Supervision/SchemaFence.ts"
+import { TracingLive } from "./Tracing/Tracing.ts"
 import { Supervisor } from "./Supervision/Supervisor.ts"
 import { ExpirySweeperLive } from "./Watches/ExpirySweeper.ts"
 import { Watches } from "./Watches/Watches.ts"
@@ -77,7 +78,9 @@ export const makeApp = <E, R>(server: Layer.Layer<HttpServer.HttpServer | HttpRo
   HttpLive.pipe(
     Layer.provideMerge(server),
     Layer.provideMerge(BackgroundLive),
-    Layer.provide(ServicesLive)
+    Layer.provide(ServicesLive),
+    // Outermost: every span is exported (when configured), and the last ones sent on shutdown.
+    Layer.provide(TracingLive)
   )
 
 export const MainLive = Layer.unwrapEffect(
