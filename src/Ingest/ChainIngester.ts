@@ -296,7 +296,9 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
           yield* Effect.uninterruptible(Effect.zipRight(
             eventLog.publish(outgoing(eventLog, [record])),
             cursors.rewind(chain, to)
-          ))
+          )).pipe(
+            Effect.withSpan("ChainIngester.reorg", { root: true, attributes: { chain, "block.from": String(fromNumber) } })
+          )
           yield* rewound(to, ancestor)
         })
 
@@ -323,7 +325,13 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
                 )
               )),
               cursors.advance(chain, refs, settings.reorgDepth)
-            ))
+            )).pipe(
+              // Each run starts its own trace: the one its blocks' consumers continue.
+              Effect.withSpan("ChainIngester.ingest", {
+                root: true,
+                attributes: { chain, "block.from": String(refs[0].number), "block.to": String(published.number), blocks: refs.length }
+              })
+            )
             tip = published
             next = newest.number + 1n
             newestBlockMs = newest.timestamp * 1000
