@@ -1,5 +1,6 @@
 /**
- * Several JSON-RPC endpoints of one EVM chain behind one viem transport.
+ * Several JSON-RPC endpoints of one EVM chain behind one viem transport (the failover is
+ * `makeFailover`, which Esplora.ts uses for bitcoin's REST endpoints too).
  *
  * - Chain id: no request reaches an endpoint before its `eth_chainId` matched the chain's
  *   (`CHAIN_ID_<CHAIN>`, default the real network's). Every endpoint is checked at start;
@@ -46,11 +47,44 @@ export interface EndpointPool {
   readonly health: Effect.Effect<ReadonlyArray<EndpointHealth>>
 }
 
-interface Endpoint {
+/**
+ * How endpoints of one kind are readied and what their failures mean: EVM JSON-RPC below,
+ * Esplora's REST API in Esplora.ts. The failover itself (`makeFailover`) is the same for both.
+ */
+export interface EndpointKind<C> {
+  /** Names the endpoints in logs and errors ("RPC endpoint"). */
+  readonly noun: string
+  /**
+   * Readies an endpoint before its first use: its connection, or why it is refused for good.
+   * A failure (unreachable) leaves it to be readied again before its next use.
+   */
+  readonly connect: (url: string) => Effect.Effect<Readied<C>, unknown>
+  /** A rate-limit answer: `Option.some(Retry-After in ms, if the endpoint gave one)`. */
+  readonly rateLimit: (error: unknown, now: number) => Option.Option<Option.Option<number>>
+  readonly describe: (error: unknown) => string
+  /** The failover's own failures (an endpoint refused, every endpoint refused or rate-limited). */
+  readonly failure: (message: string, details?: string) => unknown
+  /** Appended to the log line of a refusal: the setting that decides it. */
+  readonly refusalHint?: string
+}
+
+export type Readied<C> =
+  | { readonly _tag: "Ready"; readonly connection: C; readonly batching: boolean }
+  | { readonly _tag: "Refused"; readonly refusal: string }
+
+export interface Failover<C> {
+  /** Runs `call` on the healthiest open endpoint, and on any failure on the next one. */
+  readonly request: <A>(call: (connection: C) => Effect.Effect<A, unknown>) => Effect.Effect<A, unknown>
+  /** Readies every endpoint not readied yet, now (the start check). */
+  readonly checkAll: Effect.Effect<void>
+  readonly health: Effect.Effect<ReadonlyArray<EndpointHealth>>
+}
+
+interface Endpoint<C> {
   readonly label: string
   readonly url: string
   readonly health: Ref.Ref<EndpointHealth>
-  readonly transport: Ref.Ref<ReturnType<Transport> | null>
+  readonly connection: Ref.Ref<Option.Option<C>>
   readonly checking: Effect.Semaphore
 }
 
@@ -108,17 +142,16 @@ const describe = (error: unknown): string =>
 const byHealth = (a: EndpointHealth, b: EndpointHealth) =>
   a.consecutiveFailures - b.consecutiveFailures || a.latencyMs - b.latencyMs
 
-export const makeEndpointPool = (options: {
+/**
+ * Several endpoints of one chain used as one: each readied once (`kind.connect`), ranked by
+ * health, failed over, and left alone while rate-limited.
+ */
+export const makeFailover = <C>(kind: EndpointKind<C>, options: {
   readonly chainName: string
-  readonly chainId: number
   readonly urls: ReadonlyArray<string>
-  readonly timeout: Duration.Duration
-}) =>
+}): Effect.Effect<Failover<C>> =>
   Effect.gen(function*() {
-    const runtime = yield* Effect.runtime<never>()
-    const timeoutMs = Duration.toMillis(options.timeout)
-
-    const endpoints: ReadonlyArray<Endpoint> = yield* Effect.forEach(options.urls, (url) =>
+    const endpoints: ReadonlyArray<Endpoint<C>> = yield* Effect.forEach(options.urls, (url) =>
       Effect.gen(function*() {
         const label = endpointLabel(url)
         return {
@@ -135,70 +168,43 @@ export const makeEndpointPool = (options: {
             latencyMs: 0,
             requests: 0
           }),
-          transport: yield* Ref.make<ReturnType<Transport> | null>(null),
+          connection: yield* Ref.make(Option.none<C>()),
           checking: yield* Effect.makeSemaphore(1)
         }
       }))
 
-    const viemHttp = (url: string, batch: boolean) =>
-      http(url, { timeout: timeoutMs, retryCount: 0, batch: batch ? { batchSize: 32 } : false })({ retryCount: 0 })
-
-    const ask = (transport: ReturnType<Transport>, args: RpcArgs) =>
-      Effect.tryPromise({ try: () => transport.request(args) as Promise<unknown>, catch: (error) => error })
-
-    /** Reads the chain id with a two-request batch, then alone if the batch was not understood. */
-    const probe = (endpoint: Endpoint) =>
-      Effect.gen(function*() {
-        const batched = viemHttp(endpoint.url, true)
-        const viaBatch = yield* Effect.either(
-          Effect.all([ask(batched, { method: "eth_chainId" }), ask(batched, { method: "eth_chainId" })], {
-            concurrency: 2
-          })
-        )
-        if (viaBatch._tag === "Right") return { transport: batched, batching: true, chainId: viaBatch.right[0] }
-        // No answer at all (refused, timed out) says nothing about batching.
-        if (viaBatch.left instanceof TimeoutError || (viaBatch.left instanceof HttpRequestError && viaBatch.left.status === undefined)) {
-          return yield* Effect.fail(viaBatch.left)
-        }
-        const single = viemHttp(endpoint.url, false)
-        const chainId = yield* ask(single, { method: "eth_chainId" })
-        return { transport: single, batching: false, chainId }
-      })
-
     /**
-     * Checks the chain id once: the endpoint becomes ready or refused; unreachable, it stays
+     * Readies the endpoint once: it becomes ready or refused; unreachable, it stays
      * unchecked and the failure is the answer.
      */
-    const check = (endpoint: Endpoint) =>
+    const check = (endpoint: Endpoint<C>) =>
       endpoint.checking.withPermits(1)(Effect.gen(function*() {
         if ((yield* Ref.get(endpoint.health)).state !== "unchecked") return
-        const { batching, chainId, transport } = yield* probe(endpoint)
-        const actual = typeof chainId === "string" && /^0x[0-9a-f]+$/i.test(chainId) ? Number(BigInt(chainId)) : Number.NaN
-        if (actual !== options.chainId) {
-          const refusal = `chain id ${Number.isNaN(actual) ? String(chainId) : actual}, expected ${options.chainId}`
-          yield* Ref.update(endpoint.health, (h) => ({ ...h, state: "refused" as const, refusal: Option.some(refusal) }))
+        const readied = yield* kind.connect(endpoint.url)
+        if (readied._tag === "Refused") {
+          yield* Ref.update(endpoint.health, (h) => ({ ...h, state: "refused" as const, refusal: Option.some(readied.refusal) }))
           yield* Effect.logError(
-            `RPC endpoint ${endpoint.label} refused for ${options.chainName}: it serves ${refusal} (CHAIN_ID_${options.chainName.toUpperCase()})`
+            `${kind.noun} ${endpoint.label} refused for ${options.chainName}: ${readied.refusal}${kind.refusalHint ?? ""}`
           )
           return
         }
-        yield* Ref.set(endpoint.transport, transport)
-        yield* Ref.update(endpoint.health, (h) => ({ ...h, state: "ready" as const, batching }))
+        yield* Ref.set(endpoint.connection, Option.some(readied.connection))
+        yield* Ref.update(endpoint.health, (h) => ({ ...h, state: "ready" as const, batching: readied.batching }))
       }))
 
     /** The start check: every endpoint at once; an unreachable one is checked again before its first use. */
     const checkAll = Effect.forEach(endpoints, (endpoint) =>
       check(endpoint).pipe(Effect.catchAll((error) =>
-        Effect.logWarning("RPC endpoint unreachable at start; its chain id is checked before its first use").pipe(
-          Effect.annotateLogs({ chain: options.chainName, endpoint: endpoint.label, error: describe(error) })
+        Effect.logWarning(`${kind.noun} unreachable at start; it is checked again before its first use`).pipe(
+          Effect.annotateLogs({ chain: options.chainName, endpoint: endpoint.label, error: kind.describe(error) })
         )
       )), { concurrency: "unbounded", discard: true })
 
     /** Records a failed call: a rate limit backs the endpoint off, anything else ranks it down. */
-    const failed = (endpoint: Endpoint, error: unknown) =>
+    const failed = (endpoint: Endpoint<C>, error: unknown) =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
-        const limited = rateLimit(error, now)
+        const limited = kind.rateLimit(error, now)
         if (Option.isNone(limited)) {
           yield* Ref.update(endpoint.health, (h) => ({ ...h, consecutiveFailures: h.consecutiveFailures + 1, requests: h.requests + 1 }))
           return yield* Effect.fail(error)
@@ -207,25 +213,25 @@ export const makeEndpointPool = (options: {
           const wait = Option.getOrElse(limited.value, () => Math.min(60_000, 1000 * 2 ** h.consecutiveRateLimits))
           return { ...h, rateLimitedUntil: now + wait, consecutiveRateLimits: h.consecutiveRateLimits + 1, requests: h.requests + 1 }
         })
-        yield* Effect.logWarning("RPC endpoint rate-limited; backing off").pipe(
+        yield* Effect.logWarning(`${kind.noun} rate-limited; backing off`).pipe(
           Effect.annotateLogs({ chain: options.chainName, endpoint: endpoint.label, retryInMs: health.rateLimitedUntil - now })
         )
         return yield* Effect.fail(error)
       })
 
-    /** Sends to one endpoint, recording the outcome in its health. */
-    const send = (endpoint: Endpoint, args: RpcArgs) =>
+    /** Runs `call` on one endpoint, recording the outcome in its health. */
+    const send = <A>(endpoint: Endpoint<C>, call: (connection: C) => Effect.Effect<A, unknown>) =>
       Effect.gen(function*() {
         yield* Effect.catchAll(check(endpoint), (error) => failed(endpoint, error))
-        const transport = yield* Ref.get(endpoint.transport)
-        if (transport === null) {
+        const connection = yield* Ref.get(endpoint.connection)
+        if (Option.isNone(connection)) {
           const health = yield* Ref.get(endpoint.health)
-          return yield* Effect.fail<unknown>(
-            new BaseError(`RPC endpoint ${endpoint.label} refused: ${Option.getOrElse(health.refusal, () => "")}`)
+          return yield* Effect.fail(
+            kind.failure(`${kind.noun} ${endpoint.label} refused: ${Option.getOrElse(health.refusal, () => "")}`)
           )
         }
         const started = yield* Clock.currentTimeMillis
-        const result = yield* Effect.either(ask(transport, args))
+        const result = yield* Effect.either(call(connection.value))
         const now = yield* Clock.currentTimeMillis
         if (result._tag === "Right") {
           yield* Ref.update(endpoint.health, (h) => ({
@@ -244,28 +250,29 @@ export const makeEndpointPool = (options: {
       Effect.map(Ref.get(endpoint.health), (health) => ({ endpoint, health })))
 
     const everyRefused = (all: ReadonlyArray<{ readonly health: EndpointHealth }>) =>
-      new BaseError(`every RPC endpoint of ${options.chainName} was refused`, {
-        details: all.map(({ health }) => `${health.label}: ${Option.getOrElse(health.refusal, () => "")}`).join("; ")
-      })
+      kind.failure(
+        `every ${kind.noun} of ${options.chainName} was refused`,
+        all.map(({ health }) => `${health.label}: ${Option.getOrElse(health.refusal, () => "")}`).join("; ")
+      )
 
-    const request = (args: RpcArgs) =>
+    const request = <A>(call: (connection: C) => Effect.Effect<A, unknown>) =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
         const all = yield* healths
         const usable = all.filter(({ health }) => health.state !== "refused")
-        if (usable.length === 0) return yield* Effect.fail<unknown>(everyRefused(all))
+        if (usable.length === 0) return yield* Effect.fail(everyRefused(all))
         const open = usable.filter(({ health }) => health.rateLimitedUntil <= now)
         if (open.length === 0) {
           const freeIn = Math.min(...usable.map(({ health }) => health.rateLimitedUntil)) - now
-          return yield* Effect.fail<unknown>(new BaseError(
-            `every RPC endpoint of ${options.chainName} is rate-limited; the first is free again in ${Math.ceil(freeIn / 1000)} s`
+          return yield* Effect.fail(kind.failure(
+            `every ${kind.noun} of ${options.chainName} is rate-limited; the first is free again in ${Math.ceil(freeIn / 1000)} s`
           ))
         }
         const ranked = [...open].sort((a, b) => byHealth(a.health, b.health))
         // Each endpoint in turn until one answers; else the last failure is the answer.
         let failure: unknown = null
         for (const { endpoint } of ranked) {
-          const result = yield* Effect.either(send(endpoint, args))
+          const result = yield* Effect.either(send(endpoint, call))
           if (result._tag === "Right") return result.right
           failure = result.left
         }
@@ -274,9 +281,69 @@ export const makeEndpointPool = (options: {
         return yield* Effect.fail(after.every(({ health }) => health.state === "refused") ? everyRefused(after) : failure)
       })
 
+    return {
+      request,
+      checkAll,
+      health: Effect.forEach(endpoints, (endpoint) => Ref.get(endpoint.health))
+    }
+  })
+
+export const makeEndpointPool = (options: {
+  readonly chainName: string
+  readonly chainId: number
+  readonly urls: ReadonlyArray<string>
+  readonly timeout: Duration.Duration
+}) =>
+  Effect.gen(function*() {
+    const runtime = yield* Effect.runtime<never>()
+    const timeoutMs = Duration.toMillis(options.timeout)
+
+    const viemHttp = (url: string, batch: boolean) =>
+      http(url, { timeout: timeoutMs, retryCount: 0, batch: batch ? { batchSize: 32 } : false })({ retryCount: 0 })
+
+    const ask = (transport: ReturnType<Transport>, args: RpcArgs) =>
+      Effect.tryPromise({ try: () => transport.request(args) as Promise<unknown>, catch: (error) => error })
+
+    /** Reads the chain id with a two-request batch, then alone if the batch was not understood. */
+    const probe = (url: string) =>
+      Effect.gen(function*() {
+        const batched = viemHttp(url, true)
+        const viaBatch = yield* Effect.either(
+          Effect.all([ask(batched, { method: "eth_chainId" }), ask(batched, { method: "eth_chainId" })], {
+            concurrency: 2
+          })
+        )
+        if (viaBatch._tag === "Right") return { transport: batched, batching: true, chainId: viaBatch.right[0] }
+        // No answer at all (refused, timed out) says nothing about batching.
+        if (viaBatch.left instanceof TimeoutError || (viaBatch.left instanceof HttpRequestError && viaBatch.left.status === undefined)) {
+          return yield* Effect.fail(viaBatch.left)
+        }
+        const single = viemHttp(url, false)
+        const chainId = yield* ask(single, { method: "eth_chainId" })
+        return { transport: single, batching: false, chainId }
+      })
+
+    /** An endpoint is used only once its chain id matched; a mismatch refuses it for good. */
+    const connect = (url: string) =>
+      Effect.map(probe(url), ({ batching, chainId, transport }): Readied<ReturnType<Transport>> => {
+        const actual = typeof chainId === "string" && /^0x[0-9a-f]+$/i.test(chainId) ? Number(BigInt(chainId)) : Number.NaN
+        return actual === options.chainId
+          ? { _tag: "Ready", connection: transport, batching }
+          : { _tag: "Refused", refusal: `chain id ${Number.isNaN(actual) ? String(chainId) : actual}, expected ${options.chainId}` }
+      })
+
+    const pool = yield* makeFailover({
+      noun: "RPC endpoint",
+      connect,
+      rateLimit,
+      describe,
+      failure: (message, details) => new BaseError(message, details === undefined ? {} : { details }),
+      refusalHint: ` (CHAIN_ID_${options.chainName.toUpperCase()})`
+    }, options)
+
     const transport: Transport = custom({
       request: (args: RpcArgs) =>
-        Runtime.runPromiseExit(runtime)(request(args)).then((exit) =>
+        Runtime.runPromiseExit(runtime)(pool.request((connection) => ask(connection, args))).then((exit) =>
           // viem reads the error's own fields (status, code): hand it over unwrapped.
           Exit.isSuccess(exit)
             ? exit.value
@@ -284,9 +351,5 @@ export const makeEndpointPool = (options: {
         )
     }, { retryCount: 0 })
 
-    return {
-      transport,
-      checkAll,
-      health: Effect.forEach(endpoints, (endpoint) => Ref.get(endpoint.health))
-    } satisfies EndpointPool
+    return { transport, checkAll: pool.checkAll, health: pool.health } satisfies EndpointPool
   })
