@@ -1,10 +1,10 @@
 /**
  * How the matcher applies one message of the blocks topics, inside the caller's transaction:
  * transfers matched to open watches, detections recorded, confirmations recounted from the
- * block's height, states moved, webhook deliveries and confirmation events written to the
- * outboxes, and the per-chain cursor stored. Set-based: per block, one statement locks the
- * cursor and reads what its transfers could go to, one writes the attribution with its
- * records, one recounts; whatever its number of transfers.
+ * block's height, states moved, what happened handed to the outbox as facts (it writes the
+ * webhook deliveries and confirmation events), and the per-chain cursor stored. Set-based: per
+ * block, one statement locks the cursor and reads what its transfers could go to, one writes
+ * the attribution with its records, one recounts; whatever its number of transfers.
  *
  * Idempotent, because every message is delivered at least once:
  * - a block at or below the cursor height was applied already and is skipped;
@@ -26,15 +26,15 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Clock, Config, Effect } from "effect"
-import { type ChainName, chainOfDonationChain, chains } from "../Domain/Chain.ts"
-import { formatSmallest } from "../Domain/Money.ts"
+import type { ChainName } from "../Domain/Chain.ts"
 import { Outbox } from "../Outbox/Outbox.ts"
 import type { BlockMessage, BlockRecord, BlockRef, ReorgRecord } from "../Ingest/BlockMessage.ts"
-import { challengeDelivery, confirmationRecord, type OutboxRow, outboxRow } from "../Outbox/Payloads.ts"
+import { Fact, type PaymentReorged } from "../Outbox/Facts.ts"
 import { attribute, type BlockTransfer, positionOf } from "./Attribution.ts"
+import { lockCursor, readBlock } from "./BlockRead.ts"
+import { type DonationRow, orphanDetections, orphanTransfers, writeAttribution } from "./BlockWrite.ts"
 import { ChainConfirmationsRequired } from "./Confirmations.ts"
-import { paidEvents, recount } from "./Recount.ts"
-import { lockCursor, orphanTransfers, readBlock, writeAttribution } from "./Statements.ts"
+import { paidFacts, recount } from "./Recount.ts"
 
 /**
  * `LATE_PAYMENT_WINDOW_SECONDS` (default 86400): how long after its expiry a payment still
@@ -96,16 +96,21 @@ export const reorgKey = (record: ReorgRecord): string =>
 export const newerFinalized = (stored: bigint | null, reported: bigint | undefined): bigint | null =>
   reported === undefined ? stored : stored === null || reported > stored ? reported : stored
 
-interface OrphanedCommon {
-  readonly id: string
-  readonly tx_hash: string
-  readonly block_number: string
-  readonly block_hash: string
+/** The fact of a donation the block confirmed. */
+const donationFact = (block: BlockRecord, row: DonationRow): Fact => {
+  const confirmed = {
+    chain: row.chain,
+    address: row.address,
+    txHash: row.tx_hash,
+    blockNumber: block.number,
+    blockHash: block.hash,
+    amount: row.amount_smallest,
+    usdAmount: row.usd_amount
+  }
+  return row.kind === "intent"
+    ? Fact.IntentConfirmed({ ...confirmed, intentId: row.id, accountId: row.account_id ?? "" })
+    : Fact.ChallengeConfirmed({ ...confirmed, challengeId: row.id, callbackUrl: row.callback_url })
 }
-
-type OrphanedRow =
-  | OrphanedCommon & { readonly kind: "payment"; readonly account_id: string; readonly payment_status: string }
-  | OrphanedCommon & { readonly kind: "intent" | "challenge" }
 
 const skipped = (chain: ChainName, type: "block" | "reorg", number: bigint, transfers: number): ApplyOutcome => ({
   chain,
@@ -170,48 +175,11 @@ export const makeApply = Effect.gen(function*() {
         finalized
       )
 
-      const { deliveries, events } = paidEvents(paid, occurredAt)
-      let intents = 0
-      let challenges = 0
-      for (const row of donations) {
-        const chain = row.chain
-        const amount = BigInt(row.amount_smallest)
-        const common = {
-          chain,
-          address: row.address,
-          txHash: row.tx_hash,
-          blockNumber: block.number,
-          blockHash: block.hash,
-          amountSmallest: amount,
-          amountNative: formatSmallest(amount, chains[chainOfDonationChain(chain)].decimals),
-          usdAmount: row.usd_amount
-        }
-        if (row.kind === "intent") {
-          intents++
-          events.push(outboxRow(confirmationRecord.intentConfirmed(
-            { ...common, intentId: row.id, userId: row.account_id ?? "" },
-            occurredAt
-          )))
-        } else {
-          challenges++
-          events.push(outboxRow(confirmationRecord.challengeConfirmed({ ...common, challengeId: row.id }, occurredAt)))
-          if (row.callback_url !== null) {
-            deliveries.push(challengeDelivery(row.callback_url, {
-              challengeId: row.id,
-              chain,
-              address: row.address,
-              txHash: row.tx_hash,
-              expectedAmount: amount,
-              amountNative: common.amountNative,
-              usdAmount: row.usd_amount
-            }))
-          }
-        }
-      }
+      const intents = donations.filter((row) => row.kind === "intent").length
       const completed = [...attribution.payments.values()].flatMap((p) =>
         p.completedBy === null ? [] : [{ id: p.candidate.id, txHash: p.completedBy.txHash }]
       )
-      yield* outbox.write(deliveries, events)
+      yield* outbox.record([...paidFacts(paid), ...donations.map((row) => donationFact(block, row))], occurredAt)
       return {
         chain: block.chain,
         type: "block",
@@ -222,7 +190,7 @@ export const makeApply = Effect.gen(function*() {
         detections: completed.length + donations.length,
         paymentsPaid: paid.length,
         intentsConfirmed: intents,
-        challengesConfirmed: challenges,
+        challengesConfirmed: donations.length - intents,
         orphaned: 0,
         paymentsReorged: 0,
         changes: [
@@ -247,26 +215,8 @@ export const makeApply = Effect.gen(function*() {
       if (cursor.number < record.fromNumber || cursor.lastReorg === key) {
         return skipped(record.chain, "reorg", record.fromNumber, 0)
       }
-      const from = record.fromNumber.toString()
       yield* orphanTransfers(sql, record.chain, record.fromNumber)
-      const orphaned = yield* sql<OrphanedRow>`
-        WITH orphan AS (
-          UPDATE detections SET orphaned_at = clock_timestamp()
-          WHERE chain = ${record.chain} AND orphaned_at IS NULL AND block_number >= ${from}::bigint
-          RETURNING watch_id, kind, tx_hash, block_number, block_hash
-        ),
-        reset AS (
-          UPDATE payments SET tx_hash = NULL, block_number = NULL, block_hash = NULL, confirmations = 0
-          FROM orphan
-          WHERE orphan.kind = 'payment' AND payments.id = orphan.watch_id AND payments.status = 'PENDING'
-            AND payments.block_hash = orphan.block_hash
-        ),
-        marked AS (
-          UPDATE matcher_cursors SET last_reorg = ${key} WHERE chain = ${record.chain}
-        )
-        SELECT o.kind, o.watch_id AS id, o.tx_hash, o.block_number::text AS block_number, o.block_hash,
-               p.account_id, p.status AS payment_status
-        FROM orphan o LEFT JOIN payments p ON o.kind = 'payment' AND p.id = o.watch_id`
+      const orphaned = yield* orphanDetections(sql, record.chain, record.fromNumber, key)
       const ancestor: BlockRef | null = record.commonAncestor
       yield* recount(
         sql,
@@ -279,26 +229,26 @@ export const makeApply = Effect.gen(function*() {
       )
 
       const occurredAt = new Date(yield* Clock.currentTimeMillis)
-      const events: Array<OutboxRow> = []
+      const reorged: Array<PaymentReorged> = []
       for (const row of orphaned) {
         if (row.kind === "payment" && row.payment_status === "PAID") {
-          events.push(outboxRow(confirmationRecord.paymentReorged({
+          reorged.push(Fact.PaymentReorged({
             paymentId: row.id,
-            userId: row.account_id,
+            accountId: row.account_id ?? "",
             chain: record.chain,
             txHash: row.tx_hash,
-            orphanedBlockNumber: BigInt(row.block_number),
+            orphanedBlockNumber: row.block_number,
             orphanedBlockHash: row.block_hash
-          }, occurredAt)))
+          }))
         } else if (row.kind !== "payment") {
           yield* Effect.logWarning(`confirmed ${row.kind}'s transaction was orphaned; it stays CONFIRMED`).pipe(
-            Effect.annotateLogs({ id: row.id, txHash: row.tx_hash, block: row.block_number })
+            Effect.annotateLogs({ id: row.id, txHash: row.tx_hash, block: row.block_number.toString() })
           )
         }
       }
-      yield* outbox.write([], events)
-      if (events.length > 0) {
-        yield* Effect.logWarning(`${events.length} PAID payment(s) reorged out; they stay PAID`)
+      yield* outbox.record(reorged, occurredAt)
+      if (reorged.length > 0) {
+        yield* Effect.logWarning(`${reorged.length} PAID payment(s) reorged out; they stay PAID`)
       }
       return {
         chain: record.chain,
@@ -312,7 +262,7 @@ export const makeApply = Effect.gen(function*() {
         intentsConfirmed: 0,
         challengesConfirmed: 0,
         orphaned: orphaned.length,
-        paymentsReorged: events.length,
+        paymentsReorged: reorged.length,
         changes: orphaned.map((row): StateChange => ({
           kind: row.kind,
           id: row.id,

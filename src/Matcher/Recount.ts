@@ -1,20 +1,13 @@
 /**
  * The matcher's confirmation count: one statement recounts a chain's detected, not yet PAID
  * payments from its head, moves those at their threshold to PAID and stores the cursor; the
- * payments it made PAID become their callbacks and `payment.paid` records.
+ * payments it made PAID are handed to the outbox as `PaymentPaid` facts.
  */
 import type { SqlClient } from "@effect/sql"
 import { Effect, Schema } from "effect"
-import { Asset, assetDecimals } from "../Domain/Asset.ts"
+import { Asset } from "../Domain/Asset.ts"
 import { ChainName } from "../Domain/Chain.ts"
-import { formatSmallest } from "../Domain/Money.ts"
-import {
-  confirmationRecord,
-  type DeliveryRow,
-  type OutboxRow,
-  outboxRow,
-  paymentDelivery
-} from "../Outbox/Payloads.ts"
+import { Fact, type PaymentPaid } from "../Outbox/Facts.ts"
 
 const PaidRow = Schema.Struct({
   id: Schema.String,
@@ -88,39 +81,22 @@ export const recount = (
     Effect.flatMap((rows) => Effect.orDie(decodePaid(rows)))
   )
 
-/** The callbacks and `payment.paid` records of the payments a recount made PAID. */
-export const paidEvents = (rows: ReadonlyArray<PaidRow>, occurredAt: Date) => {
-  const deliveries: Array<DeliveryRow> = []
-  const events: Array<OutboxRow> = []
-  for (const row of rows) {
-    const token = row.asset !== "native" && row.token_contract !== null
-      ? { asset: row.asset, tokenContract: row.token_contract }
-      : {}
-    deliveries.push(paymentDelivery(row.callback_url, {
+/** The facts of the payments a recount made PAID. */
+export const paidFacts = (rows: ReadonlyArray<PaidRow>): ReadonlyArray<PaymentPaid> =>
+  rows.map((row) =>
+    Fact.PaymentPaid({
       paymentId: row.id,
-      userId: row.account_id,
+      accountId: row.account_id,
       chain: row.chain,
       address: row.address,
-      txHash: row.tx_hash,
-      blockNumber: row.block_number,
-      confirmations: row.confirmations,
-      expectedAmountWei: row.amount_smallest,
-      ...token
-    }))
-    events.push(outboxRow(confirmationRecord.paymentPaid({
-      paymentId: row.id,
-      userId: row.account_id,
-      chain: row.chain,
-      address: row.address,
+      asset: row.asset,
+      tokenContract: row.token_contract,
+      amount: row.amount_smallest,
+      usdAmount: row.usd_amount,
+      callbackUrl: row.callback_url,
       txHash: row.tx_hash,
       blockNumber: row.block_number,
       blockHash: row.block_hash,
-      confirmations: row.confirmations,
-      amountSmallest: row.amount_smallest,
-      amountNative: formatSmallest(row.amount_smallest, assetDecimals(row.chain, row.asset)),
-      usdAmount: row.usd_amount,
-      ...token
-    }, occurredAt)))
-  }
-  return { deliveries, events }
-}
+      confirmations: row.confirmations
+    })
+  )

@@ -9,6 +9,7 @@
 import { SqlClient, type Statement } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Effect, Queue } from "effect"
+import { type Fact, rowsOf } from "./Facts.ts"
 import type { DeliveryRow, OutboxRow } from "./Payloads.ts"
 
 export class Outbox extends Effect.Service<Outbox>()("confirmd/Outbox", {
@@ -38,6 +39,12 @@ export class Outbox extends Effect.Service<Outbox>()("confirmd/Outbox", {
       }::jsonb[])
         ON CONFLICT (id) DO NOTHING`.pipe(Effect.asVoid)
 
+    /** The callbacks and records of `facts` (see `rowsOf`), written as `write` writes them. */
+    const record = (facts: ReadonlyArray<Fact>, occurredAt: Date): Effect.Effect<void, SqlError> => {
+      const { deliveries, events } = rowsOf(facts, occurredAt)
+      return write(deliveries, events)
+    }
+
     /**
      * The confirmation events that `rows` selects (columns `id`, `key`, `type`, `payload` jsonb)
      * inserted as `write` inserts them, as a data-modifying CTE of the caller's statement: for
@@ -62,6 +69,7 @@ export class Outbox extends Effect.Service<Outbox>()("confirmd/Outbox", {
 
     return {
       write,
+      record,
       insertEvents,
       requeue,
       /** Call after the transaction that wrote rows committed: the readers look now rather than at their next poll. */
