@@ -24,6 +24,7 @@ import { EventLog } from "../EventLog/EventLog.ts"
 import { assembleBlocks, type BlockEvent, blocksTopic } from "../Ingest/BlockMessage.ts"
 import { Outbox } from "../Outbox/Outbox.ts"
 import { Supervisor } from "../Supervision/Supervisor.ts"
+import { linksTo, traceparentHeader, withSpanContinuing } from "../Tracing/TraceContext.ts"
 import { type ApplyOutcome, Matcher } from "./Matcher.ts"
 
 /** `MATCHER_GROUP_ID` (default `confirmd-matcher`): the consumer group of the blocks topics. */
@@ -68,7 +69,8 @@ export const makeMatcherLoop = Effect.gen(function*() {
   const process = (progress: Effect.Effect<void>) => (events: Chunk.NonEmptyChunk<BlockEvent>) => {
     const first = Chunk.headNonEmpty(events)
     const last = Chunk.lastNonEmpty(events)
-    return matcher.applyAll(Chunk.toReadonlyArray(Chunk.map(events, (event) => event.message))).pipe(
+    const traceparents = Chunk.toReadonlyArray(Chunk.map(events, (event) => event.source.headers[traceparentHeader]))
+    return matcher.applyAll(Chunk.toReadonlyArray(Chunk.map(events, (event) => event.message)), traceparents).pipe(
       // The transaction has committed: only now may the offset move past the messages.
       Effect.zipLeft(outbox.committed),
       Effect.zipLeft(last.source.commit),
@@ -80,6 +82,12 @@ export const makeMatcherLoop = Effect.gen(function*() {
         chain: first.message.chain,
         block: events.length === 1 ? heightOf(first) : `${heightOf(first)}..${heightOf(last)}`,
         offset: last.source.offset.toString()
+      }),
+      // In the trace of the message whose commit ends it; the others' traces are linked.
+      withSpanContinuing("Matcher.applyBatch", last.source.headers[traceparentHeader], {
+        kind: "consumer",
+        links: linksTo(traceparents.filter((carried) => carried !== last.source.headers[traceparentHeader])),
+        attributes: { chain: first.message.chain, messages: events.length, offset: last.source.offset.toString() }
       })
     )
   }

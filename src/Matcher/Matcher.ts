@@ -10,6 +10,7 @@ import type { ChainName } from "../Domain/Chain.ts"
 import type { BlockMessage } from "../Ingest/BlockMessage.ts"
 import { type ApplyOutcome, type Cursor, makeApply } from "./Apply.ts"
 import { ChainConfirmationsRequired, ConfirmationsRequired } from "./Confirmations.ts"
+import { withSpanContinuing } from "../Tracing/TraceContext.ts"
 
 export {
   type ApplyOutcome,
@@ -72,10 +73,23 @@ export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
      * Applies consecutive whole messages (joined blocks, reorg records) in order, all in ONE
      * transaction: each message is applied completely by its own statements, exactly as
      * alone, and the batch commits (or fails) as a whole. Batching only saves the commit's
-     * flush per message when a backlog is waiting.
+     * flush per message when a backlog is waiting. Each message is a `Matcher.apply` span in
+     * the trace its `traceparents` entry names (the record's header), when given.
      */
-    const applyAll = (messages: ReadonlyArray<BlockMessage>): Effect.Effect<ReadonlyArray<ApplyOutcome>, SqlError> =>
-      Effect.forEach(messages, applyOne).pipe(sql.withTransaction)
+    const applyAll = (
+      messages: ReadonlyArray<BlockMessage>,
+      traceparents: ReadonlyArray<string | undefined> = []
+    ): Effect.Effect<ReadonlyArray<ApplyOutcome>, SqlError> =>
+      Effect.forEach(messages, (message, i) =>
+        applyOne(message).pipe(
+          withSpanContinuing("Matcher.apply", traceparents[i], {
+            attributes: {
+              chain: message.chain,
+              type: message.type,
+              "block.number": String(message.type === "block" ? message.number : message.fromNumber)
+            }
+          })
+        )).pipe(sql.withTransaction)
 
     /** Applies one whole message in its own transaction. */
     const apply = (message: BlockMessage): Effect.Effect<ApplyOutcome, SqlError> =>
