@@ -5,8 +5,8 @@
  */
 import { SqlClient } from "@effect/sql"
 import type { Fragment } from "@effect/sql/Statement"
-import { Effect, Option, Redacted, Schema } from "effect"
-import { createHash, randomBytes, randomUUID } from "node:crypto"
+import { Clock, Effect, Option, Redacted, Schema } from "effect"
+import { createHash, randomBytes } from "node:crypto"
 import {
   accountPending,
   type Forbidden,
@@ -14,7 +14,8 @@ import {
   type TooManyRequests,
   tooManyRequests,
   unauthorized
-} from "../Http/Errors.ts"
+} from "../Domain/ApiErrors.ts"
+import { AccountId, newUuid } from "../Domain/Ids.ts"
 import { WebhookSecrets } from "../Webhooks/WebhookSecrets.ts"
 import { BILLING_PERIOD_DAYS, type Plan, PlanName, plans, StarterMinDonationUsd } from "./Plans.ts"
 
@@ -35,16 +36,15 @@ export type SubscriptionRow = typeof SubscriptionRow.Type
 
 /** The account of a key with its subscription's columns, all null when it has none. */
 const KeyRow = Schema.Union(
-  Schema.Struct({ id: Schema.String, ...SubscriptionRow.fields }),
-  Schema.Struct({ id: Schema.String, plan: Schema.Null })
+  Schema.Struct({ id: AccountId, ...SubscriptionRow.fields }),
+  Schema.Struct({ id: AccountId, plan: Schema.Null })
 )
 const decodeKeyRows = Schema.decodeUnknown(Schema.Array(KeyRow))
 const decodeSubscriptionRows = Schema.decodeUnknown(Schema.Array(SubscriptionRow))
 
-export interface AccountRow {
-  readonly id: string
-  readonly email: string | null
-}
+export const AccountRow = Schema.Struct({ id: AccountId, email: Schema.NullOr(Schema.String) })
+export type AccountRow = typeof AccountRow.Type
+const decodeAccountRows = Schema.decodeUnknown(Schema.Array(AccountRow))
 
 const noSubscription = forbidden("No active subscription: subscribe with POST /account/subscribe")
 
@@ -112,7 +112,7 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
       readonly status: "pending" | "active"
     }) =>
       Effect.gen(function*() {
-        const id = randomUUID()
+        const id = AccountId.make(yield* newUuid)
         const apiKey = newApiKey()
         yield* sql`INSERT INTO accounts ${sql.insert({ id, api_key_hash: hashApiKey(apiKey), email: options.email })}`
         yield* sql`
@@ -126,7 +126,7 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
      * A new key in place of the one presented (`keyHash`), refused from this moment on. When
      * that key was rotated meanwhile (two rotations at once), it is no longer valid: 401.
      */
-    const rotateApiKey = (account: { readonly id: string; readonly keyHash: string }) =>
+    const rotateApiKey = (account: { readonly id: AccountId; readonly keyHash: string }) =>
       Effect.gen(function*() {
         const apiKey = newApiKey()
         const replaced = yield* sql`
@@ -137,13 +137,15 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
         return apiKey
       })
 
-    const find = (accountId: string) =>
-      sql<AccountRow>`SELECT id, email FROM accounts WHERE id = ${accountId}`.pipe(
+    const find = (accountId: AccountId) =>
+      sql`SELECT id, email FROM accounts WHERE id = ${accountId}`.pipe(
+        Effect.flatMap(decodeAccountRows),
+        Effect.orDie,
         Effect.map((rows) => Option.fromNullable(rows[0]))
       )
 
     /** The subscription with its billing period rolled forward if it has ended. */
-    const subscription = (accountId: string) =>
+    const subscription = (accountId: AccountId) =>
       sql`
         UPDATE subscriptions SET
           events_used = 0,
@@ -161,7 +163,8 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
 
     /** Fails with the 403/429 `subscription` (as read with the key, say) gets, if any. */
     const requireUsable = (subscription: Option.Option<SubscriptionRow>) =>
-      Option.match(refusalOf(subscription, planOf, new Date()), { onNone: () => Effect.void, onSome: Effect.fail })
+      Effect.flatMap(Clock.currentTimeMillis, (now) =>
+        Option.match(refusalOf(subscription, planOf, new Date(now)), { onNone: () => Effect.void, onSome: Effect.fail }))
 
     /** Each plan's monthly event limit, as SQL (the names and numbers are the plan table's). */
     const eventLimit = sql.literal(
@@ -174,7 +177,7 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
      * when the event was taken. One UPDATE, so concurrent callers can never take more than the
      * limit, and the creation it belongs to commits with it or not at all.
      */
-    const takeEvent = (accountId: string, when: Fragment) =>
+    const takeEvent = (accountId: AccountId, when: Fragment) =>
       sql`
         UPDATE subscriptions SET
           events_used = CASE WHEN period_end <= now() THEN 1 ELSE events_used + 1 END,
@@ -191,27 +194,23 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
      * Why `takeEvent` took nothing: the 403/429 of the subscription now; when it allows an
      * event again (a concurrent change), the limit it was at then.
      */
-    const refusal = (accountId: string) =>
-      Effect.map(subscription(accountId), (current): Forbidden | TooManyRequests =>
+    const refusal = (accountId: AccountId) =>
+      Effect.zipWith(subscription(accountId), Clock.currentTimeMillis, (current, now): Forbidden | TooManyRequests =>
         Option.match(current, {
           onNone: () => noSubscription,
-          onSome: (row) => Option.getOrElse(refusalOf(current, planOf, new Date()), () => limitReached(planOf(row.plan), row))
+          onSome: (row) => Option.getOrElse(refusalOf(current, planOf, new Date(now)), () => limitReached(planOf(row.plan), row))
         }))
 
     /**
      * Creates or changes the plan. A pending subscription becomes active and keeps its usage
      * and period dates; a missing one starts a fresh period.
      */
-    const subscribe = (accountId: string, plan: PlanName) =>
+    const subscribe = (accountId: AccountId, plan: PlanName) =>
       sql`
         INSERT INTO subscriptions (account_id, plan, status, period_start, period_end)
         VALUES (${accountId}, ${plan}, 'active', now(), now() + make_interval(days => ${BILLING_PERIOD_DAYS}))
         ON CONFLICT (account_id) DO UPDATE SET plan = EXCLUDED.plan, status = 'active', updated_at = now()`
 
-    /** Signup donation confirmed: the pending subscription becomes active, same key. */
-    const activate = (accountId: string) =>
-      sql`UPDATE subscriptions SET status = 'active', updated_at = now() WHERE account_id = ${accountId} AND status = 'pending'`
-
-    return { authenticate, create, rotateApiKey, find, subscription, requireUsable, takeEvent, refusal, subscribe, activate, plans: planTable, planOf } as const
+    return { authenticate, create, rotateApiKey, find, subscription, requireUsable, takeEvent, refusal, subscribe, plans: planTable, planOf } as const
   })
 }) {}

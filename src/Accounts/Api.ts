@@ -6,8 +6,8 @@ import {
   BadRequestResponse,
   NotFoundResponse,
   UpstreamErrorResponse
-} from "../Http/Errors.ts"
-import { DateTimeString, DecimalString } from "../Http/Schemas.ts"
+} from "../Domain/ApiErrors.ts"
+import { DateTimeString, DecimalString } from "../Domain/Schemas.ts"
 import { healthEndpoint } from "../Health/Api.ts"
 import { Authentication } from "./Authentication.ts"
 import { PlanName, PlanNameInput } from "./Plans.ts"

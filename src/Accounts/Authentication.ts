@@ -1,14 +1,15 @@
 import { HttpApiMiddleware, HttpApiSecurity } from "@effect/platform"
 import type { Option } from "effect"
 import { Context } from "effect"
-import { UnauthorizedResponse } from "../Http/Errors.ts"
+import { UnauthorizedResponse } from "../Domain/ApiErrors.ts"
+import type { AccountId } from "../Domain/Ids.ts"
 import type { SubscriptionRow } from "./Accounts.ts"
 
 /** The account behind the request's API key. */
 export class CurrentAccount extends Context.Tag("confirmd/CurrentAccount")<
   CurrentAccount,
   {
-    readonly id: string
+    readonly id: AccountId
     /** The hash of the key this request came with (a key rotation replaces exactly that key). */
     readonly keyHash: string
     /** The subscription as read with the key, for refusing early; statements that use it check again. */

@@ -3,33 +3,42 @@
  * subscription and a signup intent; the intent's confirmation on chain activates the account.
  */
 import { SqlClient } from "@effect/sql"
-import { BigDecimal, Effect, Redacted } from "effect"
-import { chainOfDonationChain, chains, type DonationChainName } from "../Domain/Chain.ts"
+import { BigDecimal, Effect, Option, Redacted, Schema } from "effect"
+import { chainOfDonationChain, chains, DonationChainName } from "../Domain/Chain.ts"
 import { formatSmallest } from "../Domain/Money.ts"
 import { DonationAddresses } from "../Donations/DonationAddresses.ts"
-import { badRequest, notFound } from "../Http/Errors.ts"
-import { isUuid } from "../Http/Ids.ts"
+import { badRequest } from "../Domain/ApiErrors.ts"
+import { SignupIntentNotFound } from "../Domain/Errors.ts"
+import { AccountId, IntentId, parseId } from "../Domain/Ids.ts"
 import { effectiveStatus, Lifetimes } from "../Watches/Lifetimes.ts"
 import { native, Watches } from "../Watches/Watches.ts"
 import { Accounts } from "./Accounts.ts"
 import { DonationIntentOut, DonationSignupOut, IntentStatusOut, type SignupIn, SignupOut } from "./Api.ts"
 import { isPlanName, paidPlans } from "./Plans.ts"
 
-interface IntentRow {
-  readonly id: string
-  readonly account_id: string
-  readonly status: "PENDING" | "CONFIRMED" | "EXPIRED"
-  readonly chain: DonationChainName
-  readonly address: string
-  readonly amount_smallest: string
-  readonly usd_amount: string
-  readonly tx_hash: string | null
-  readonly expires_at: Date
-}
+const IntentRow = Schema.Struct({
+  id: IntentId,
+  account_id: AccountId,
+  status: Schema.Literal("PENDING", "CONFIRMED", "EXPIRED"),
+  chain: DonationChainName,
+  address: Schema.String,
+  amount_smallest: Schema.String,
+  usd_amount: Schema.String,
+  tx_hash: Schema.NullOr(Schema.String),
+  expires_at: Schema.DateFromSelf
+})
+type IntentRow = typeof IntentRow.Type
+const decodeIntentRows = Schema.decodeUnknown(Schema.Array(IntentRow))
+const decodeIntentStatusRows = Schema.decodeUnknown(Schema.Array(Schema.Struct({
+  ...IntentRow.fields,
+  account_status: Schema.NullOr(Schema.Literal("pending", "active"))
+})))
+
+const parseIntentId = parseId(IntentId)
 
 const decimalsOf = (chain: DonationChainName) => chains[chainOfDonationChain(chain)].decimals
 
-export const intentOut = (row: IntentRow) =>
+const intentOut = (row: IntentRow) =>
   new DonationIntentOut({
     intent_id: row.id,
     chain: row.chain,
@@ -111,11 +120,12 @@ export class Signup extends Effect.Service<Signup>()("confirmd/Signup", {
         })
       })
 
-    const signup = (input: SignupIn) => {
-      if (input.method === "subscribe") return subscribe(input)
-      if (input.usd_amount === null) return Effect.fail(badRequest("usd_amount is required for method 'donation'"))
-      return donate(input, input.usd_amount)
-    }
+    const signup = (input: SignupIn) =>
+      Effect.gen(function*() {
+        if (input.method === "subscribe") return yield* subscribe(input)
+        if (input.usd_amount === null) return yield* badRequest("usd_amount is required for method 'donation'")
+        return yield* donate(input, input.usd_amount)
+      })
 
     const selectIntent = sql.literal(
       `SELECT id, account_id, ${effectiveStatus} AS status, chain, address, amount_smallest::text AS amount_smallest,
@@ -124,12 +134,13 @@ export class Signup extends Effect.Service<Signup>()("confirmd/Signup", {
 
     const status = (intentId: string) =>
       Effect.gen(function*() {
-        const missing = notFound(`Signup intent '${intentId.slice(0, 64)}' not found`)
-        if (!isUuid(intentId)) return yield* missing
-        const rows = yield* sql<IntentRow & { account_status: "pending" | "active" | null }>`
+        const missing = new SignupIntentNotFound({ intentId })
+        const id = parseIntentId(intentId)
+        if (Option.isNone(id)) return yield* missing
+        const rows = yield* sql`
           SELECT i.*, s.status AS account_status
-          FROM (${selectIntent} WHERE id = ${intentId}) i
-          LEFT JOIN subscriptions s ON s.account_id = i.account_id`.pipe(Effect.orDie)
+          FROM (${selectIntent} WHERE id = ${id.value}) i
+          LEFT JOIN subscriptions s ON s.account_id = i.account_id`.pipe(Effect.flatMap(decodeIntentStatusRows), Effect.orDie)
         const row = rows[0]
         if (row === undefined) return yield* missing
         return new IntentStatusOut({
@@ -144,10 +155,11 @@ export class Signup extends Effect.Service<Signup>()("confirmd/Signup", {
       })
 
     /** The newest still-pending signup intent of the account, for GET /account. */
-    const pendingDonation = (accountId: string) =>
-      sql<IntentRow>`
+    const pendingDonation = (accountId: AccountId) =>
+      sql`
         SELECT * FROM (${selectIntent} WHERE account_id = ${accountId}) i
         WHERE status = 'PENDING' ORDER BY expires_at DESC LIMIT 1`.pipe(
+        Effect.flatMap(decodeIntentRows),
         Effect.orDie,
         Effect.map((rows) => rows[0] ? intentOut(rows[0]) : null)
       )

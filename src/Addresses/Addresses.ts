@@ -1,19 +1,17 @@
 import { SqlClient } from "@effect/sql"
 import type { Fragment } from "@effect/sql/Statement"
-import { Effect, Either } from "effect"
+import { Effect, Either, Schema } from "effect"
 import { canonicalAddress, bitcoinParamsConfig } from "../Domain/Address.ts"
+import { badRequest } from "../Domain/ApiErrors.ts"
 import { type ChainName, chainNames } from "../Domain/Chain.ts"
-import { badRequest, notFound } from "../Http/Errors.ts"
+import { AddressNotFound, UnsupportedChain } from "../Domain/Errors.ts"
+import type { AccountId } from "../Domain/Ids.ts"
 
-export interface AddressRow {
-  readonly chain: string
-  readonly address: string
-}
+export const AddressRow = Schema.Struct({ chain: Schema.String, address: Schema.String })
+export type AddressRow = typeof AddressRow.Type
+const decodeRows = Schema.decodeUnknown(Schema.Array(AddressRow))
 
 export const isChainName = (chain: string): chain is ChainName => (chainNames as ReadonlyArray<string>).includes(chain)
-
-export const unsupportedChain = (chain: string) =>
-  badRequest(`Unsupported chain '${chain}'`, `Supported chains: ${chainNames.join(", ")}`)
 
 export class Addresses extends Effect.Service<Addresses>()("confirmd/Addresses", {
   effect: Effect.gen(function*() {
@@ -28,9 +26,9 @@ export class Addresses extends Effect.Service<Addresses>()("confirmd/Addresses",
       })
 
     /** Registers all or none; returns the caller's addresses named in the request. */
-    const add = (accountId: string, chainInput: string, raws: ReadonlyArray<string>) =>
+    const add = (accountId: AccountId, chainInput: string, raws: ReadonlyArray<string>) =>
       Effect.gen(function*() {
-        if (!isChainName(chainInput)) return yield* unsupportedChain(chainInput)
+        if (!isChainName(chainInput)) return yield* new UnsupportedChain({ chain: chainInput })
         const chain = chainInput
         const canonicals = yield* Effect.forEach(raws, (raw) => canonical(chain, raw))
         const unique = [...new Set(canonicals)]
@@ -40,26 +38,27 @@ export class Addresses extends Effect.Service<Addresses>()("confirmd/Addresses",
         return unique.map((address): AddressRow => ({ chain, address }))
       })
 
-    const list = (accountId: string) =>
-      sql<AddressRow>`
+    const list = (accountId: AccountId) =>
+      sql`
         SELECT chain, address FROM addresses WHERE account_id = ${accountId}
-        ORDER BY created_at, chain, address`.pipe(Effect.orDie)
+        ORDER BY created_at, chain, address`.pipe(Effect.flatMap(decodeRows), Effect.orDie)
 
     /**
      * Removes the address (on one chain when given). The address is matched as stored or in
      * lowercase, since EVM and bech32 addresses are stored lowercased.
      */
-    const remove = (accountId: string, raw: string, chainInput: string | undefined) =>
+    const remove = (accountId: AccountId, raw: string, chainInput: string | undefined) =>
       Effect.gen(function*() {
-        if (chainInput !== undefined && !isChainName(chainInput)) return yield* unsupportedChain(chainInput)
+        if (chainInput !== undefined && !isChainName(chainInput)) return yield* new UnsupportedChain({ chain: chainInput })
         const candidates = [...new Set([raw, raw.toLowerCase()])]
-        const deleted = yield* sql<AddressRow>`
+        const deleted = yield* sql`
           DELETE FROM addresses
           WHERE account_id = ${accountId} AND address IN ${sql.in(candidates)}
             ${chainInput === undefined ? sql`` : sql`AND chain = ${chainInput}`}
-          RETURNING chain, address`.pipe(Effect.orDie)
-        if (deleted.length === 0) return yield* notFound(`Address '${raw.slice(0, 128)}' not found`)
-        return deleted[0]!.address
+          RETURNING chain, address`.pipe(Effect.flatMap(decodeRows), Effect.orDie)
+        const [first] = deleted
+        if (first === undefined) return yield* new AddressNotFound({ address: raw })
+        return first.address
       })
 
     /**
@@ -67,7 +66,7 @@ export class Addresses extends Effect.Service<Addresses>()("confirmd/Addresses",
      * until the commit (a concurrent removal waits for it): the body of a CTE of the payment's
      * statement.
      */
-    const leastUsed = (accountId: string, chain: ChainName) =>
+    const leastUsed = (accountId: AccountId, chain: ChainName) =>
       sql`
         SELECT address FROM addresses
         WHERE account_id = ${accountId} AND chain = ${chain}
@@ -76,7 +75,7 @@ export class Addresses extends Effect.Service<Addresses>()("confirmd/Addresses",
         FOR UPDATE`
 
     /** Counts a payment on `address` (an SQL expression) when `when` holds: the body of a CTE. */
-    const countAllocation = (accountId: string, chain: ChainName, address: Fragment, when: Fragment) =>
+    const countAllocation = (accountId: AccountId, chain: ChainName, address: Fragment, when: Fragment) =>
       sql`
         UPDATE addresses SET allocations = allocations + 1
         WHERE account_id = ${accountId} AND chain = ${chain} AND address = ${address} AND ${when}

@@ -2,7 +2,7 @@ import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { Authentication } from "../Accounts/Authentication.ts"
 import { ChainNameInput } from "../Domain/Chain.ts"
-import { BadRequestResponse, NotFoundResponse } from "../Http/Errors.ts"
+import { BadRequestResponse, NotFoundResponse } from "../Domain/ApiErrors.ts"
 
 export class AddressOut extends Schema.Class<AddressOut>("AddressOut")({
   chain: Schema.String,

@@ -2,8 +2,8 @@ import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { DonationChainName, DonationChainNameInput } from "../Domain/Chain.ts"
 import { UsdAmountInput } from "../Domain/Money.ts"
-import { BadRequestResponse, NotFoundResponse, UpstreamErrorResponse } from "../Http/Errors.ts"
-import { CallbackUrlInput, DateTimeString, DecimalString } from "../Http/Schemas.ts"
+import { BadRequestResponse, NotFoundResponse, UpstreamErrorResponse } from "../Domain/ApiErrors.ts"
+import { CallbackUrlInput, DateTimeString, DecimalString } from "../Domain/Schemas.ts"
 
 export class ChallengeIn extends Schema.Class<ChallengeIn>("ChallengeIn")({
   chain: DonationChainNameInput,

@@ -1,31 +1,34 @@
 /** Public donation challenges: an exact-amount donation request anyone can create and poll. */
 import { SqlClient } from "@effect/sql"
-import { BigDecimal, Config, ConfigError, Effect, Either, Option, Redacted } from "effect"
-import { type ChainName, chainOfDonationChain, chains, type DonationChainName } from "../Domain/Chain.ts"
+import { BigDecimal, Config, ConfigError, Effect, Either, Option, Redacted, Schema } from "effect"
+import { type ChainName, chainOfDonationChain, chains, DonationChainName } from "../Domain/Chain.ts"
 import { formatDecimal, formatSmallest, parseDecimal } from "../Domain/Money.ts"
 import { DonationAddresses } from "../Donations/DonationAddresses.ts"
-import { badRequest, notFound } from "../Http/Errors.ts"
-import { isUuid } from "../Http/Ids.ts"
+import { badRequest } from "../Domain/ApiErrors.ts"
+import { ChallengeNotFound } from "../Domain/Errors.ts"
+import { ChallengeId, parseId } from "../Domain/Ids.ts"
 import { effectiveStatus, Lifetimes } from "../Watches/Lifetimes.ts"
 import { native, Watches } from "../Watches/Watches.ts"
 import { WebhookSecrets } from "../Webhooks/WebhookSecrets.ts"
 import { checkCallbackUrl } from "../Webhooks/CallbackUrl.ts"
 import { type ChallengeIn, ChallengeOut, ChallengeStatusOut } from "./Api.ts"
 
-interface ChallengeRow {
-  readonly id: string
-  readonly status: "PENDING" | "CONFIRMED" | "EXPIRED"
-  readonly chain: DonationChainName
-  readonly address: string
-  readonly amount_smallest: string
-  readonly usd_amount: string
-  readonly tx_hash: string | null
-  readonly expires_at: Date
-}
+const ChallengeRow = Schema.Struct({
+  id: ChallengeId,
+  status: Schema.Literal("PENDING", "CONFIRMED", "EXPIRED"),
+  chain: DonationChainName,
+  address: Schema.String,
+  amount_smallest: Schema.String,
+  usd_amount: Schema.String,
+  tx_hash: Schema.NullOr(Schema.String),
+  expires_at: Schema.DateFromSelf
+})
+const decodeRows = Schema.decodeUnknown(Schema.Array(ChallengeRow))
+const parseChallengeId = parseId(ChallengeId)
 
 /** What a donor may see of a challenge (the hosted checkout page). */
 export interface PayerChallenge {
-  readonly id: string
+  readonly id: ChallengeId
   readonly status: "PENDING" | "CONFIRMED" | "EXPIRED"
   readonly chain: ChainName
   readonly address: string
@@ -94,17 +97,23 @@ export class Challenges extends Effect.Service<Challenges>()("confirmd/Challenge
       })
 
     const byId = (challengeId: string) =>
-      isUuid(challengeId)
-        ? sql<ChallengeRow>`
+      Option.match(parseChallengeId(challengeId), {
+        onNone: () => Effect.succeedNone,
+        onSome: (id) =>
+          sql`
             SELECT id, ${sql.literal(effectiveStatus)} AS status, chain, address, amount_smallest::text AS amount_smallest,
                    usd_amount::text AS usd_amount, tx_hash, expires_at
-            FROM challenges WHERE id = ${challengeId}`.pipe(Effect.orDie, Effect.map((rows) => Option.fromNullable(rows[0])))
-        : Effect.succeedNone
+            FROM challenges WHERE id = ${id}`.pipe(
+            Effect.flatMap(decodeRows),
+            Effect.orDie,
+            Effect.map((rows) => Option.fromNullable(rows[0]))
+          )
+      })
 
     const get = (challengeId: string) =>
       Effect.flatMap(byId(challengeId), (found) =>
         Option.match(found, {
-          onNone: () => Effect.fail(notFound(`Challenge '${challengeId.slice(0, 64)}' not found`)),
+          onNone: () => Effect.fail(new ChallengeNotFound({ challengeId })),
           onSome: (row) =>
             Effect.succeed(
               new ChallengeStatusOut({

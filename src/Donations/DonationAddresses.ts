@@ -6,7 +6,7 @@
 import { Config, ConfigError, Effect, Either, Option } from "effect"
 import { bitcoinParamsConfig, canonicalAddress } from "../Domain/Address.ts"
 import { chainOfDonationChain, type DonationChainName, donationChainNames } from "../Domain/Chain.ts"
-import { badRequest } from "../Http/Errors.ts"
+import { badRequest } from "../Domain/ApiErrors.ts"
 
 export interface DonationTarget {
   readonly chain: DonationChainName

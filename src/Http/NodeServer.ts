@@ -11,9 +11,9 @@
  *   reset, whether the body came with a `Content-Length` or chunked.
  */
 import { Effect, Metric } from "effect"
-import { randomUUID } from "node:crypto"
 import { createServer, type IncomingMessage, type Server } from "node:http"
 import type { Duplex } from "node:stream"
+import { newUuid } from "../Domain/Ids.ts"
 import { httpRequests } from "../Ops/Metrics.ts"
 
 /** How long the rest of a refused body is read and thrown away before the connection is cut. */
@@ -56,7 +56,7 @@ const answerClientError = (error: NodeJS.ErrnoException, socket: Duplex) => {
     `HTTP/1.1 ${status} ${reason}\r\n` +
       "Content-Type: application/json\r\n" +
       `Content-Length: ${Buffer.byteLength(body)}\r\n` +
-      `X-Request-Id: ${randomUUID()}\r\n` +
+      `X-Request-Id: ${Effect.runSync(newUuid)}\r\n` +
       "Connection: close\r\n\r\n" +
       body
   )

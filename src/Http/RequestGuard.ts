@@ -12,7 +12,7 @@
  */
 import { HttpApi, type HttpServerRequest } from "@effect/platform"
 import { Effect, Either, Option, ParseResult, Schema, type SchemaAST as AST } from "effect"
-import { unsupportedMediaType, validationError, type ValidationIssue } from "./Errors.ts"
+import { unsupportedMediaType, validationError, type ValidationIssue } from "../Domain/ApiErrors.ts"
 
 /** What the guard refuses in text. Paired surrogates (astral characters) are fine. */
 export const FORBIDDEN_TEXT = /[\u0000-\u001f\u007f-\u009f]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/

@@ -15,18 +15,18 @@ import {
 import { HttpApiDecodeError } from "@effect/platform/HttpApiError"
 import { RequestError, RouteNotFound } from "@effect/platform/HttpServerError"
 import { Config, Effect, Layer, Option } from "effect"
-import { randomUUID } from "node:crypto"
-import { AccountLive, AuthenticationLive, PublicLive } from "../Accounts/Http.ts"
-import { AddressesLive } from "../Addresses/Http.ts"
-import { ConfirmdApi } from "../Api.ts"
-import { ChallengesLive } from "../Challenges/Http.ts"
-import { CheckoutRoutesLive } from "../Checkout/Http.ts"
-import { AgentsLive } from "../Health/Http.ts"
-import { drainableServer } from "../Ops/HttpDrain.ts"
+import { AccountLive, AuthenticationLive, PublicLive } from "./Accounts.ts"
+import { AddressesLive } from "./Addresses.ts"
+import { ConfirmdApi } from "./Api.ts"
+import { ChallengesLive } from "./Challenges.ts"
+import { CheckoutRoutesLive } from "./Checkout.ts"
+import { AgentsLive } from "./Agents.ts"
+import { drainableServer } from "./Drain.ts"
 import { OpsRoutesLive, withHttpMetrics } from "../Ops/Http.ts"
-import { PaymentsLive } from "../Payments/Http.ts"
-import { TransfersLive } from "../Transfers/Http.ts"
-import { internalError, notFound, payloadTooLarge, replicaStoodDown, validationError, type ValidationIssue } from "./Errors.ts"
+import { PaymentsLive } from "./Payments.ts"
+import { TransfersLive } from "./Transfers.ts"
+import { internalError, notFound, payloadTooLarge, replicaStoodDown, validationError, type ValidationIssue } from "../Domain/ApiErrors.ts"
+import { newUuid } from "../Domain/Ids.ts"
 import { SchemaFence } from "../Supervision/SchemaFence.ts"
 import { makeRequestGuard } from "./RequestGuard.ts"
 
@@ -91,7 +91,7 @@ const RequestErrorsLive = HttpApiBuilder.middleware(Effect.gen(function*() {
 /** Every response, whatever produced it, carries a fresh `X-Request-Id`, also set on the logs. */
 export const withRequestId = HttpMiddleware.make((app) =>
   Effect.gen(function*() {
-    const requestId = randomUUID()
+    const requestId = yield* newUuid
     yield* HttpApp.appendPreResponseHandler((_request, response) =>
       Effect.succeed(HttpServerResponse.setHeader(response, "x-request-id", requestId))
     )
@@ -112,7 +112,7 @@ export const HttpLive = HttpApiBuilder.serve((app) => withHttpMetrics(withReques
   Layer.provide(HttpApiSwagger.layer({ path: "/docs" })),
   // /metrics and /ops/status: beside the API, outside its OpenAPI document (Ops/Http.ts).
   Layer.provide(OpsRoutesLive),
-  // /pay/...: the hosted checkout pages for payers, outside it too (Checkout/Http.ts).
+  // /pay/...: the hosted checkout pages for payers, outside it too (Http/Checkout.ts).
   Layer.provide(CheckoutRoutesLive),
   Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
   Layer.provide(RequestErrorsLive),
@@ -123,7 +123,7 @@ export const HttpLive = HttpApiBuilder.serve((app) => withHttpMetrics(withReques
 /**
  * The socket on `HOST`:`PORT` (default all interfaces, port 8080; merchants and the payer's
  * checkout reach the API there): its `layer`, and `drain`, to be built above the app so that a
- * stop drains the requests under way first (Ops/HttpDrain.ts). The operator endpoints guard
+ * stop drains the requests under way first (Http/Drain.ts). The operator endpoints guard
  * themselves (Ops/Http.ts).
  */
 export const nodeServer = Effect.flatMap(

@@ -11,8 +11,8 @@ import {
   NotFoundResponse,
   TooManyRequestsResponse,
   UpstreamErrorResponse
-} from "../Http/Errors.ts"
-import { CallbackUrlInput, DateTimeString, DecimalString } from "../Http/Schemas.ts"
+} from "../Domain/ApiErrors.ts"
+import { CallbackUrlInput, DateTimeString, DecimalString } from "../Domain/Schemas.ts"
 
 const assetDescription =
   "What the payment is paid in: `native` (the chain's coin, the default) or a stablecoin, `USDC` or `USDT`, " +

@@ -3,21 +3,14 @@ import { Effect, Option, Schema } from "effect"
 import type { BigDecimal } from "effect"
 import { Accounts } from "../Accounts/Accounts.ts"
 import type { CurrentAccount } from "../Accounts/Authentication.ts"
-import { Addresses, isChainName, unsupportedChain } from "../Addresses/Addresses.ts"
+import { Addresses, isChainName } from "../Addresses/Addresses.ts"
 import { ChainClients } from "../Chains/ChainClients.ts"
 import { type ChainName, isEvm } from "../Domain/Chain.ts"
 import { formatSmallest } from "../Domain/Money.ts"
-import {
-  type BadRequest,
-  badRequest,
-  conflict,
-  type Forbidden,
-  notFound,
-  type TooManyRequests,
-  validationError
-} from "../Http/Errors.ts"
+import { badRequest, type Forbidden, type TooManyRequests, validationError } from "../Domain/ApiErrors.ts"
+import { AddressNotRegistered, NoCallbackToSend, PaymentNotFound, UnsupportedChain } from "../Domain/Errors.ts"
+import { type AccountId, parseId, PaymentId } from "../Domain/Ids.ts"
 import { ChainConfirmationsRequired, maxConfirmations } from "../Matcher/Confirmations.ts"
-import { isUuid } from "../Http/Ids.ts"
 import { effectiveStatus, Lifetimes } from "../Watches/Lifetimes.ts"
 import { native, type WatchAsset, Watches } from "../Watches/Watches.ts"
 import { Asset, assetDecimals } from "../Domain/Asset.ts"
@@ -28,7 +21,7 @@ import { eventId } from "../Outbox/Payloads.ts"
 import { CreatePaymentOut, DeliveryAttemptOut, DeliveryOut, PaymentStatus } from "./Api.ts"
 
 const PaymentRow = Schema.Struct({
-  id: Schema.String,
+  id: PaymentId,
   status: Schema.Literal("PENDING", "PAID", "EXPIRED"),
   chain: Schema.String,
   address: Schema.String,
@@ -47,6 +40,7 @@ const PaymentRow = Schema.Struct({
 })
 type PaymentRow = typeof PaymentRow.Type
 const decodeRows = Schema.decodeUnknown(Schema.Array(PaymentRow))
+const parsePaymentId = parseId(PaymentId)
 
 /**
  * The payment statement's one row: the address picked (none: no address on the chain) and the
@@ -83,7 +77,7 @@ const toDeliveryOut = (delivery: Delivery): DeliveryOut => new DeliveryOut({
 
 /** What the payer of a payment may see (the hosted checkout page): nothing of the merchant. */
 export interface PayerPayment {
-  readonly id: string
+  readonly id: PaymentId
   readonly status: "PENDING" | "PAID" | "EXPIRED"
   readonly chain: ChainName
   readonly address: string
@@ -181,7 +175,7 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
       readonly wait_for_finality?: boolean | undefined
     }) =>
       Effect.gen(function*() {
-        if (!isChainName(input.chain)) return yield* unsupportedChain(input.chain)
+        if (!isChainName(input.chain)) return yield* new UnsupportedChain({ chain: input.chain })
         const chain = input.chain
         if (!chainClients.isEnabled(chain)) {
           return yield* badRequest(`Chain '${chain}' is not monitored by this deployment`)
@@ -194,7 +188,7 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
         // 403/429 before the quote, so that a refused account never waits for or hears of prices.
         yield* accounts.requireUsable(account.subscription)
         const accountId = account.id
-        const opened = yield* watches.open<null, BadRequest | Forbidden | TooManyRequests, never>({
+        const opened = yield* watches.open<null, AddressNotRegistered | Forbidden | TooManyRequests, never>({
           kind: "payment",
           chain,
           asset: watchAsset,
@@ -224,9 +218,7 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
                 FROM picked`
               const created = yield* decodeCreated(rows).pipe(Effect.orDie)
               const row = created[0]
-              if (row === undefined) {
-                return yield* badRequest(`No addresses registered for chain '${chain}'`, "Register one with POST /addresses first")
-              }
+              if (row === undefined) return yield* new AddressNotRegistered({ chain })
               if (row.amount === null) return yield* Effect.flatMap(accounts.refusal(accountId), Effect.fail)
               return { address: row.address, amount: row.amount, prepared: null }
             })
@@ -253,18 +245,19 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
               amount_received::text AS amount_received, exception, confirmations_required, wait_for_finality, expires_at
               FROM payments`)
 
-    const list = (accountId: string) =>
+    const list = (accountId: AccountId) =>
       sql`${select} WHERE account_id = ${accountId} ORDER BY created_at DESC, id`.pipe(
         Effect.flatMap(decodeRows),
         Effect.orDie,
         Effect.map((rows) => rows.map(toStatus))
       )
 
-    const get = (accountId: string, paymentId: string) =>
+    const get = (accountId: AccountId, paymentId: string) =>
       Effect.gen(function*() {
-        const missing = notFound(`Payment '${paymentId.slice(0, 64)}' not found`)
-        if (!isUuid(paymentId)) return yield* missing
-        const rows = yield* sql`${select} WHERE account_id = ${accountId} AND id = ${paymentId}`.pipe(
+        const missing = new PaymentNotFound({ paymentId })
+        const id = parsePaymentId(paymentId)
+        if (Option.isNone(id)) return yield* missing
+        const rows = yield* sql`${select} WHERE account_id = ${accountId} AND id = ${id.value}`.pipe(
           Effect.flatMap(decodeRows),
           Effect.orDie
         )
@@ -272,20 +265,17 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
       })
 
     /** The payment's callback deliveries (one once it is PAID), owner-only like `get`. */
-    const deliveries = (accountId: string, paymentId: string) =>
+    const deliveries = (accountId: AccountId, paymentId: string) =>
       Effect.gen(function*() {
         yield* get(accountId, paymentId)
         const delivery = yield* deliveryLog.find(eventId.paymentPaid(paymentId)).pipe(Effect.orDie)
         return Option.toArray(Option.map(delivery, toDeliveryOut))
       })
 
-    const redeliver = (accountId: string, paymentId: string) =>
+    const redeliver = (accountId: AccountId, paymentId: string) =>
       Effect.gen(function*() {
         const payment = yield* get(accountId, paymentId)
-        const noCallback = conflict(
-          `Payment '${paymentId}' has no callback to send: it is ${payment.status}`,
-          "A callback exists once the payment is PAID"
-        )
+        const noCallback = new NoCallbackToSend({ paymentId, status: payment.status })
         if (payment.status !== "PAID") return yield* noCallback
         const delivery = yield* deliveryLog.redeliver(eventId.paymentPaid(paymentId)).pipe(Effect.orDie)
         return Option.isSome(delivery) ? toDeliveryOut(delivery.value) : yield* noCallback
@@ -294,8 +284,9 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
     /** By id alone: the payment id is the payer's capability. */
     const forPayer = (paymentId: string) =>
       Effect.gen(function*() {
-        if (!isUuid(paymentId)) return Option.none<PayerPayment>()
-        const rows = yield* sql`${select} WHERE id = ${paymentId}`.pipe(Effect.flatMap(decodeRows), Effect.orDie)
+        const id = parsePaymentId(paymentId)
+        if (Option.isNone(id)) return Option.none<PayerPayment>()
+        const rows = yield* sql`${select} WHERE id = ${id.value}`.pipe(Effect.flatMap(decodeRows), Effect.orDie)
         return Option.flatMap(Option.fromNullable(rows[0]), (row) =>
           isChainName(row.chain)
             ? Option.some<PayerPayment>({

@@ -2,7 +2,7 @@ import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { Authentication } from "../Accounts/Authentication.ts"
 import { ChainName } from "../Domain/Chain.ts"
-import { ValidationErrorResponse } from "../Http/Errors.ts"
+import { ValidationErrorResponse } from "../Domain/ApiErrors.ts"
 
 export class TransferOut extends Schema.Class<TransferOut>("TransferOut")({
   chain: Schema.String,

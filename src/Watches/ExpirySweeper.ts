@@ -6,12 +6,18 @@
  * has passed the expiry (a chain nobody matches has no cursor and closes by the clock).
  */
 import { SqlClient } from "@effect/sql"
-import { Config, Duration, Effect, Layer, Schedule } from "effect"
+import { Config, Duration, Effect, Layer, Schedule, Schema } from "effect"
 import { Supervisor } from "../Supervision/Supervisor.ts"
+
+/** How many of each kind a sweep expired (a count as text, as PostgreSQL gives it). */
+const SweptRows = Schema.Array(Schema.Struct({
+  kind: Schema.Literal("payment", "intent", "challenge"),
+  expired: Schema.String.pipe(Schema.pattern(/^[0-9]+$/))
+}))
 
 export const sweepExpired = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
-  return yield* sql<{ kind: string; expired: string }>`
+  const rows = yield* sql`
     WITH closed AS (
       UPDATE watches w SET open = false
       WHERE open AND expires_at <= now()
@@ -42,6 +48,7 @@ export const sweepExpired = Effect.gen(function*() {
     SELECT 'payment' AS kind, count(*)::text AS expired FROM payments_expired
     UNION ALL SELECT 'intent', count(*)::text FROM intents_expired
     UNION ALL SELECT 'challenge', count(*)::text FROM challenges_expired`.pipe(sql.withTransaction)
+  return yield* Schema.decodeUnknown(SweptRows)(rows).pipe(Effect.orDie)
 })
 
 /**

@@ -14,8 +14,6 @@ export const Lifetimes = Config.all({
   challenge: seconds("CHALLENGE_TTL")
 })
 
-export const expiresAfter = (lifetime: Duration.Duration): Date => new Date(Date.now() + Duration.toMillis(lifetime))
-
 /**
  * The status a reader sees: a PENDING row past its expiry with no transfer seen is EXPIRED even
  * before the sweeper has written it.

@@ -20,7 +20,7 @@
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
 import type { Fragment } from "@effect/sql/Statement"
-import { BigDecimal, Config, ConfigError, Duration, Effect, Either, Option, Schema } from "effect"
+import { BigDecimal, Clock, Config, ConfigError, Duration, Effect, Either, Option, Schema } from "effect"
 import { nativeAsset } from "../Chains/Block.ts"
 import { type ChainName, chains } from "../Domain/Chain.ts"
 import type { TokenDeployment } from "../Domain/Asset.ts"
@@ -28,8 +28,7 @@ import { formatDecimal, formatSmallest, parseDecimal, steppedAmount } from "../D
 import { ChainClients } from "../Chains/ChainClients.ts"
 import { IngesterRegistry } from "../Ingest/IngesterRegistry.ts"
 import { PriceOracle, type PriceUnavailable } from "../Price/PriceOracle.ts"
-import { toUpstream } from "../Http/Upstream.ts"
-import { randomUUID } from "node:crypto"
+import { newUuid } from "../Domain/Ids.ts"
 
 export type WatchKind = "payment" | "intent" | "challenge"
 
@@ -170,9 +169,10 @@ export class Watches extends Effect.Service<Watches>()("confirmd/Watches", {
     const open = <P, E, R>(request: OpenRequest<P, E, R>) =>
       Effect.gen(function*() {
         const { asset, chain, kind } = request
-        const quoted = yield* quote(chain, asset, request.usd).pipe(Effect.mapError(toUpstream))
-        const id = randomUUID()
-        const expiresAt = new Date(Date.now() + Duration.toMillis(request.lifetime))
+        // A price source or the chain's node failing is the caller's PriceUnavailable or ChainUnavailable.
+        const quoted = yield* quote(chain, asset, request.usd)
+        const id = yield* newUuid
+        const expiresAt = new Date((yield* Clock.currentTimeMillis) + Duration.toMillis(request.lifetime))
         const startBlock = quoted.head === null ? null : quoted.head.toString()
         const opening: Opening = {
           id,

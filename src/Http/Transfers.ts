@@ -1,10 +1,10 @@
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Layer, Option } from "effect"
 import { CurrentAccount } from "../Accounts/Authentication.ts"
-import { ConfirmdApi } from "../Api.ts"
-import { validationError } from "../Http/Errors.ts"
-import { TransferOut, TransfersPage } from "./Api.ts"
-import { Transfers } from "./Transfers.ts"
+import { ConfirmdApi } from "./Api.ts"
+import { validationError } from "../Domain/ApiErrors.ts"
+import { TransferOut, TransfersPage } from "../Transfers/Api.ts"
+import { Transfers } from "../Transfers/Transfers.ts"
 
 /** The cursor is the last transfer's id, opaque to clients. */
 const encodeCursor = (id: bigint): string => Buffer.from(`t:${id}`).toString("base64url")

@@ -1,8 +1,8 @@
 import { HttpApi, OpenApi } from "@effect/platform"
-import { AccountApi, PublicApi } from "./Accounts/Api.ts"
-import { AddressesApi } from "./Addresses/Api.ts"
-import { ChallengesApi } from "./Challenges/Api.ts"
-import { AgentsApi } from "./Health/Api.ts"
+import { AccountApi, PublicApi } from "../Accounts/Api.ts"
+import { AddressesApi } from "../Addresses/Api.ts"
+import { ChallengesApi } from "../Challenges/Api.ts"
+import { AgentsApi } from "../Health/Api.ts"
 import {
   InternalErrorResponse,
   ServiceUnavailableResponse,
@@ -10,10 +10,10 @@ import {
   PayloadTooLargeResponse,
   UnsupportedMediaTypeResponse,
   ValidationErrorResponse
-} from "./Http/Errors.ts"
-import { ALLOWED_TEXT_PATTERN } from "./Http/RequestGuard.ts"
-import { PaymentsApi } from "./Payments/Api.ts"
-import { TransfersApi } from "./Transfers/Api.ts"
+} from "../Domain/ApiErrors.ts"
+import { ALLOWED_TEXT_PATTERN } from "./RequestGuard.ts"
+import { PaymentsApi } from "../Payments/Api.ts"
+import { TransfersApi } from "../Transfers/Api.ts"
 
 type Json = { [key: string]: unknown }
 

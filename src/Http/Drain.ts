@@ -12,7 +12,7 @@
 import { NodeHttpServer } from "@effect/platform-node"
 import { Config, Duration, Effect, Layer, Schedule } from "effect"
 import type { ListenOptions } from "node:net"
-import { createApiServer } from "../Http/NodeServer.ts"
+import { createApiServer } from "./NodeServer.ts"
 
 /**
  * A Node HTTP server on `options` (`layer`) and the layer that drains it when released

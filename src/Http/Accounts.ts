@@ -1,12 +1,12 @@
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Layer, Option, Redacted } from "effect"
-import { ConfirmdApi } from "../Api.ts"
+import { ConfirmdApi } from "./Api.ts"
 import { DonationAddresses } from "../Donations/DonationAddresses.ts"
 import { chainOfDonationChain, chains } from "../Domain/Chain.ts"
 import { ChainClients } from "../Chains/ChainClients.ts"
 import { health } from "../Health/Health.ts"
-import { badRequest } from "../Http/Errors.ts"
-import { Accounts } from "./Accounts.ts"
+import { badRequest } from "../Domain/ApiErrors.ts"
+import { Accounts } from "../Accounts/Accounts.ts"
 import { WebhookSecrets, type SecretView } from "../Webhooks/WebhookSecrets.ts"
 import {
   AccountOut,
@@ -16,10 +16,12 @@ import {
   SignupOptionsOut,
   SignupOptionsPlan,
   WebhookSecretOut
-} from "./Api.ts"
-import { Authentication, CurrentAccount } from "./Authentication.ts"
-import { isPlanName } from "./Plans.ts"
-import { Signup } from "./Signup.ts"
+} from "../Accounts/Api.ts"
+import { Authentication, CurrentAccount } from "../Accounts/Authentication.ts"
+import { isPlanName } from "../Accounts/Plans.ts"
+import { Signup } from "../Accounts/Signup.ts"
+import type { AccountId } from "../Domain/Ids.ts"
+import { respond } from "./ErrorResponses.ts"
 
 export const PublicLive = HttpApiBuilder.group(ConfirmdApi, "public", (handlers) =>
   Effect.gen(function*() {
@@ -52,8 +54,8 @@ export const PublicLive = HttpApiBuilder.group(ConfirmdApi, "public", (handlers)
     )
     return handlers
       .handle("signupOptions", () => Effect.succeed(options))
-      .handle("signup", ({ payload }) => signup.signup(payload))
-      .handle("signupStatus", ({ path }) => signup.status(path.intent_id))
+      .handle("signup", ({ payload }) => respond(signup.signup(payload)))
+      .handle("signupStatus", ({ path }) => respond(signup.status(path.intent_id)))
       .handle("plans", () => Effect.succeed(planList))
       .handle("health", () => health)
   }))
@@ -71,7 +73,7 @@ export const AccountLive = HttpApiBuilder.group(ConfirmdApi, "account", (handler
         previous_secret_expires_at: Option.getOrNull(Option.map(view.previousExpiresAt, (at) => at.toISOString()))
       })
 
-    const view = (accountId: string) =>
+    const view = (accountId: AccountId) =>
       Effect.gen(function*() {
         const account = yield* accounts.find(accountId).pipe(Effect.orDie, Effect.flatMap(Effect.orDie))
         const subscription = yield* accounts.subscription(accountId).pipe(Effect.orDie)

@@ -11,9 +11,9 @@
 import { HttpApiBuilder, HttpRouter, HttpServerResponse } from "@effect/platform"
 import { Effect, Layer, Option } from "effect"
 import QRCode from "qrcode"
-import { Checkout, type CheckoutView, liveState } from "./Checkout.ts"
-import { checkoutPage, notFoundPage, pageHeaders } from "./Page.ts"
-import { walletUri } from "./WalletUri.ts"
+import { Checkout, type CheckoutView, liveState } from "../Checkout/Checkout.ts"
+import { checkoutPage, notFoundPage, pageHeaders } from "../Checkout/Page.ts"
+import { walletUri } from "../Checkout/WalletUri.ts"
 
 const qrSvg = (uri: string) =>
   Effect.tryPromise(() => QRCode.toString(uri, { type: "svg", errorCorrectionLevel: "M", margin: 2 })).pipe(Effect.orDie)

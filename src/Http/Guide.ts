@@ -3,7 +3,7 @@
  * the HttpApi definition, so it cannot drift from what the service serves.
  */
 import { OpenApi } from "@effect/platform"
-import { ConfirmdApi } from "../Api.ts"
+import { ConfirmdApi } from "./Api.ts"
 
 type Json = { readonly [key: string]: unknown }
 

@@ -1,0 +1,65 @@
+/**
+ * The one place where what went wrong (domain errors, and the price and chain failures of
+ * their owners) becomes the contract's status and envelope. Handlers pass every service
+ * failure through `respond`; an error already in the envelope passes unchanged.
+ */
+import { Effect } from "effect"
+import type { ChainUnavailable } from "../Chains/ChainClients.ts"
+import { chainNames } from "../Domain/Chain.ts"
+import { badRequest, type BadRequest, conflict, type Conflict, notFound, type NotFound, upstreamError, type UpstreamError } from "../Domain/ApiErrors.ts"
+import type {
+  AddressNotFound,
+  AddressNotRegistered,
+  ChallengeNotFound,
+  NoCallbackToSend,
+  PaymentNotFound,
+  SignupIntentNotFound,
+  UnsupportedChain
+} from "../Domain/Errors.ts"
+import type { PriceUnavailable } from "../Price/PriceOracle.ts"
+
+const nodeSetting = (chain: ChainUnavailable["chain"]) =>
+  chain === "bitcoin" ? "BITCOIN_RPC_URL or ESPLORA_URL" : `RPC_URL_${chain.toUpperCase()}`
+
+const responses = {
+  PaymentNotFound: (e: PaymentNotFound): NotFound => notFound(`Payment '${e.paymentId.slice(0, 64)}' not found`),
+  ChallengeNotFound: (e: ChallengeNotFound): NotFound => notFound(`Challenge '${e.challengeId.slice(0, 64)}' not found`),
+  SignupIntentNotFound: (e: SignupIntentNotFound): NotFound =>
+    notFound(`Signup intent '${e.intentId.slice(0, 64)}' not found`),
+  AddressNotFound: (e: AddressNotFound): NotFound => notFound(`Address '${e.address.slice(0, 128)}' not found`),
+  AddressNotRegistered: (e: AddressNotRegistered): BadRequest =>
+    badRequest(`No addresses registered for chain '${e.chain}'`, "Register one with POST /addresses first"),
+  UnsupportedChain: (e: UnsupportedChain): BadRequest =>
+    badRequest(`Unsupported chain '${e.chain}'`, `Supported chains: ${chainNames.join(", ")}`),
+  NoCallbackToSend: (e: NoCallbackToSend): Conflict =>
+    conflict(
+      `Payment '${e.paymentId}' has no callback to send: it is ${e.status}`,
+      "A callback exists once the payment is PAID"
+    ),
+  // Price sources and chain nodes failing both surface as 502, with a hint naming what to check.
+  PriceUnavailable: (e: PriceUnavailable): UpstreamError => upstreamError(e.message, e.hint),
+  ChainUnavailable: (e: ChainUnavailable): UpstreamError =>
+    upstreamError(
+      e.message,
+      `Check that the ${e.chain} node${e.host === undefined ? "" : ` at ${e.host}`} is reachable and in sync (${
+        nodeSetting(e.chain)
+      }, RPC_TIMEOUT_MS)`
+    )
+}
+
+type Responses = typeof responses
+type Tag = keyof Responses
+
+/** The envelope error `E` is answered with: a domain error's response, anything else itself. */
+export type Answered<E> = E extends { readonly _tag: infer T extends Tag } ? ReturnType<Responses[T]> : E
+
+const isAnswerable = (error: unknown): error is Parameters<Responses[Tag]>[0] =>
+  typeof error === "object" && error !== null && "_tag" in error && typeof error._tag === "string" &&
+  Object.hasOwn(responses, error._tag)
+
+export const answer = <E>(error: E): Answered<E> =>
+  (isAnswerable(error) ? (responses[error._tag] as (e: typeof error) => unknown)(error) : error) as Answered<E>
+
+/** A handler's effect with its domain errors answered in the envelope. */
+export const respond = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, Answered<E>, R> =>
+  Effect.mapError(effect, answer)
