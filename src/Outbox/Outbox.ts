@@ -11,6 +11,7 @@ import type { SqlError } from "@effect/sql/SqlError"
 import { Effect, Queue } from "effect"
 import { type Fact, rowsOf } from "./Facts.ts"
 import type { DeliveryRow, OutboxRow } from "./Payloads.ts"
+import { currentTraceparent } from "../Tracing/TraceContext.ts"
 
 export class Outbox extends Effect.Service<Outbox>()("confirmd/Outbox", {
   effect: Effect.gen(function*() {
@@ -19,25 +20,31 @@ export class Outbox extends Effect.Service<Outbox>()("confirmd/Outbox", {
     const webhooks = yield* Queue.sliding<void>(1)
     const events = yield* Queue.sliding<void>(1)
 
-    /** Both tables in one statement, in the caller's transaction; an event id already present is left as it is. */
+    /**
+     * Both tables in one statement, in the caller's transaction; an event id already present is
+     * left as it is. Each row keeps this write's trace context, which its delivery continues.
+     */
     const write = (
       deliveries: ReadonlyArray<DeliveryRow>,
       outboxEvents: ReadonlyArray<OutboxRow>
     ): Effect.Effect<void, SqlError> =>
-      deliveries.length === 0 && outboxEvents.length === 0 ? Effect.void : sql`
+      deliveries.length === 0 && outboxEvents.length === 0 ? Effect.void : Effect.flatMap(currentTraceparent, (traceparent) => sql`
         WITH delivered AS (
-          INSERT INTO webhook_deliveries (id, url, payload, signer)
-          SELECT * FROM unnest(${deliveries.map((row) => row.id)}::text[], ${deliveries.map((row) => row.url)}::text[],
+          INSERT INTO webhook_deliveries (id, url, payload, signer, traceparent)
+          SELECT *, ${traceparent}::text FROM unnest(${deliveries.map((row) => row.id)}::text[], ${deliveries.map((row) => row.url)}::text[],
                                ${deliveries.map((row) => JSON.stringify(row.payload))}::jsonb[],
                                ${deliveries.map((row) => row.signer)}::uuid[])
           ON CONFLICT (id) DO NOTHING
         )
-        INSERT INTO outbox_events (id, key, type, payload)
-        SELECT * FROM unnest(${outboxEvents.map((row) => row.id)}::text[], ${outboxEvents.map((row) => row.key)}::text[],
+        INSERT INTO outbox_events (id, key, type, payload, traceparent)
+        SELECT *, ${traceparent}::text FROM unnest(${outboxEvents.map((row) => row.id)}::text[], ${outboxEvents.map((row) => row.key)}::text[],
                              ${outboxEvents.map((row) => row.type)}::text[], ${
         outboxEvents.map((row) => JSON.stringify(row.payload))
       }::jsonb[])
-        ON CONFLICT (id) DO NOTHING`.pipe(Effect.asVoid)
+        ON CONFLICT (id) DO NOTHING`).pipe(
+        Effect.asVoid,
+        Effect.withSpan("Outbox.write", { attributes: { deliveries: deliveries.length, events: outboxEvents.length } })
+      )
 
     /** The callbacks and records of `facts` (see `rowsOf`), written as `write` writes them. */
     const record = (facts: ReadonlyArray<Fact>, occurredAt: Date): Effect.Effect<void, SqlError> => {
