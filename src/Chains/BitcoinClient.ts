@@ -12,8 +12,11 @@ export interface BitcoinClient {
   readonly tipHeight: Effect.Effect<bigint, ChainUnavailable>
   /** Hash of the best-chain block at `height`. */
   readonly blockHash: (height: bigint) => Effect.Effect<string, ChainUnavailable>
-  /** The block with this hash, normalised. */
-  readonly block: (hash: string) => Effect.Effect<ChainBlock, ChainUnavailable>
+  /**
+   * The block with this hash, normalised; `height` is where `blockHash` found it (a raw block
+   * does not carry its height).
+   */
+  readonly block: (hash: string, height: bigint) => Effect.Effect<ChainBlock, ChainUnavailable>
 }
 
 export const unavailable = (message: string) => new ChainUnavailable({ chain: "bitcoin", message })

@@ -9,7 +9,8 @@
  * - `CHAIN_ID_<CHAIN>`: the chain id every endpoint must serve, default the real network's
  *   (a local dev chain standing in for a network sets its own).
  * - `BITCOIN_RPC_URL`: Core-style JSON-RPC endpoint (`http://user:pass@host:port/`); when
- *   unset, the Esplora REST API at `ESPLORA_URL` (default https://blockstream.info/api).
+ *   unset, the Esplora REST API at `ESPLORA_URL` (default https://blockstream.info/api), a
+ *   comma list used with the same failover (see Esplora.ts).
  * - `RPC_TIMEOUT_MS` (default 10000): limit for every node call.
  * - `TOKEN_<CHAIN>_<SYMBOL>`, `TOKEN_USD_PRICE_<SYMBOL>`: the stablecoins accepted, see Tokens.ts.
  * - `TRACES_<CHAIN>` (`auto` | `on` | `off`, default `auto`): internal transfers from call
@@ -18,7 +19,7 @@
  */
 import { FetchHttpClient } from "@effect/platform"
 import { Config, ConfigError, Duration, Effect, Either, Option } from "effect"
-import { bitcoinParamsConfig, canonicalAddress } from "../Domain/Address.ts"
+import { type BitcoinParams, bitcoinParamsConfig, canonicalAddress } from "../Domain/Address.ts"
 import { type ChainName, chainNames } from "../Domain/Chain.ts"
 import { hostOf } from "../Domain/Host.ts"
 import type { BitcoinClient } from "./BitcoinClient.ts"
@@ -61,10 +62,9 @@ const timeoutConfig = Config.integer("RPC_TIMEOUT_MS").pipe(
   Config.map(Duration.millis)
 )
 
-/** `RPC_URL_<CHAIN>`: one or more http(s) URLs, comma-separated. */
-export const evmUrlsConfig = (chain: EvmChainName): Config.Config<ReadonlyArray<string>> => {
-  const name = `RPC_URL_${chain.toUpperCase()}`
-  return Config.string(name).pipe(
+/** One or more http(s) URLs, comma-separated. */
+const urlListConfig = (name: string): Config.Config<ReadonlyArray<string>> =>
+  Config.string(name).pipe(
     Config.mapOrFail((text) => {
       const urls: Array<string> = []
       for (const [position, part] of text.split(",").map((s) => s.trim()).filter((s) => s !== "").entries()) {
@@ -75,23 +75,31 @@ export const evmUrlsConfig = (chain: EvmChainName): Config.Config<ReadonlyArray<
         urls.push(new URL(part).href)
       }
       return urls.length === 0 ? Either.left(ConfigError.InvalidData([name], `${name} lists no URL`)) : Either.right(urls)
-    }),
-    Config.withDefault([viemChains[chain].rpcUrls.default.http[0]])
+    })
   )
-}
+
+/** `RPC_URL_<CHAIN>`: one or more http(s) URLs, comma-separated. */
+export const evmUrlsConfig = (chain: EvmChainName): Config.Config<ReadonlyArray<string>> =>
+  urlListConfig(`RPC_URL_${chain.toUpperCase()}`).pipe(Config.withDefault([viemChains[chain].rpcUrls.default.http[0]]))
+
+/** `ESPLORA_URL`: one or more http(s) URLs of Esplora instances, comma-separated. */
+export const esploraUrlsConfig: Config.Config<ReadonlyArray<string>> = urlListConfig("ESPLORA_URL").pipe(
+  Config.withDefault(["https://blockstream.info/api"])
+)
 
 /** `CHAIN_ID_<CHAIN>`: the chain id every endpoint of the chain must serve. */
 export const chainIdConfig = (chain: EvmChainName): Config.Config<number> =>
   Config.integer(`CHAIN_ID_${chain.toUpperCase()}`).pipe(Config.withDefault(viemChains[chain].id))
 
-/** The bitcoin client and the host it talks to. */
-const makeBitcoin = (timeout: Duration.Duration) => Effect.gen(function*() {
+/** The bitcoin client, the hosts it talks to and (Esplora) their health. */
+const makeBitcoin = (timeout: Duration.Duration, params: BitcoinParams) => Effect.gen(function*() {
   const rpcUrl = yield* Config.option(Config.url("BITCOIN_RPC_URL"))
-  if (Option.isSome(rpcUrl)) return { client: yield* makeBitcoinRpc(rpcUrl.value, timeout), host: hostOf(rpcUrl.value) }
-  const esploraUrl = yield* Config.url("ESPLORA_URL").pipe(
-    Config.withDefault(new URL("https://blockstream.info/api"))
-  )
-  return { client: yield* makeEsplora(esploraUrl, timeout), host: hostOf(esploraUrl) }
+  if (Option.isSome(rpcUrl)) {
+    return { client: yield* makeBitcoinRpc(rpcUrl.value, timeout), host: hostOf(rpcUrl.value), health: Effect.succeed([]) }
+  }
+  const urls = yield* esploraUrlsConfig
+  const esplora = yield* makeEsplora(urls, timeout, params)
+  return { client: esplora.client, host: urls.map((url) => hostOf(url)).join(", "), health: esplora.health }
 })
 
 export class ChainClients extends Effect.Service<ChainClients>()("confirmd/ChainClients", {
@@ -121,12 +129,11 @@ export class ChainClients extends Effect.Service<ChainClients>()("confirmd/Chain
     }
     // The start check runs beside the start: requests wait for the endpoint they need.
     yield* Effect.forkScoped(Effect.forEach(pools.values(), (pool) => pool.checkAll, { concurrency: "unbounded" }))
-    const bitcoinClient: Option.Option<BitcoinClient> = enabledChains.includes("bitcoin")
-      ? Option.some(yield* Effect.map(makeBitcoin(timeout), ({ client, host }) => {
-        hosts.set("bitcoin", host)
-        return client
-      }))
+    const bitcoinBackend = enabledChains.includes("bitcoin")
+      ? Option.some(yield* makeBitcoin(timeout, bitcoinParams))
       : Option.none()
+    if (Option.isSome(bitcoinBackend)) hosts.set("bitcoin", bitcoinBackend.value.host)
+    const bitcoinClient: Option.Option<BitcoinClient> = Option.map(bitcoinBackend, ({ client }) => client)
 
     /** Names the node's host on a failure, for logs and error hints. */
     const withHost = <A>(chain: ChainName, effect: Effect.Effect<A, ChainUnavailable>) =>
@@ -161,8 +168,9 @@ export class ChainClients extends Effect.Service<ChainClients>()("confirmd/Chain
       /** The configured deployment of a stablecoin on an enabled chain, if it has one. */
       token: (chain: ChainName, symbol: TokenSymbol): Option.Option<TokenDeployment> =>
         Option.fromNullable(tokens.get(chain)?.get(symbol)),
-      /** Health of each RPC endpoint of an enabled EVM chain, in configured order. */
+      /** Health of each endpoint of an enabled chain (EVM RPC, Esplora), in configured order. */
       endpoints: (chain: ChainName): Effect.Effect<ReadonlyArray<EndpointHealth>> => {
+        if (chain === "bitcoin") return Option.match(bitcoinBackend, { onNone: () => Effect.succeed([]), onSome: ({ health }) => health })
         const pool = pools.get(chain)
         return pool === undefined ? Effect.succeed([]) : pool.health
       },
@@ -205,7 +213,7 @@ export class ChainClients extends Effect.Service<ChainClients>()("confirmd/Chain
         withHost(
           chain,
           chain === "bitcoin"
-            ? Effect.flatMap(bitcoin, (client) => Effect.flatMap(client.blockHash(height), client.block))
+            ? Effect.flatMap(bitcoin, (client) => Effect.flatMap(client.blockHash(height), (hash) => client.block(hash, height)))
             : Effect.flatMap(evm(chain), (client) => client.block(height))
         )
     }

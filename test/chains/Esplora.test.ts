@@ -1,0 +1,131 @@
+// Bitcoin through Esplora's REST API, against local servers speaking its format over a chain
+// of real blocks (test/support/Esplora.ts): a block in one raw request where the instance
+// serves raw blocks, by pages where it does not, and failover past a 429.
+import { describe, expect, it } from "@effect/vitest"
+import { ConfigProvider, Effect } from "effect"
+import { ChainClients, type ChainTransfer } from "../../src/Chains/ChainClients.ts"
+import { bitcoinParams } from "../../src/Domain/Address.ts"
+import { freshAddresses, makeEsploraChain, type Payee, serveEsplora } from "../support/Esplora.ts"
+
+const params = bitcoinParams("mainnet")
+
+const withClients = (esploraUrl: string) =>
+  <A, E>(self: Effect.Effect<A, E, ChainClients>) =>
+    self.pipe(
+      Effect.provide(ChainClients.Default),
+      Effect.withConfigProvider(ConfigProvider.fromMap(new Map([["CHAINS", "bitcoin"], ["ESPLORA_URL", esploraUrl]])))
+    )
+
+/**
+ * 60 transactions (more than two pages) paying every kind of address: segwit v0 (key and
+ * script hash), taproot, P2PKH, P2SH; every seventh pays one address twice.
+ */
+const payments = (): Array<Array<Payee>> => {
+  const fresh = freshAddresses(params)
+  const kinds = [fresh.segwit, fresh.taproot, fresh.p2pkh, fresh.p2sh, fresh.segwitScript]
+  return Array.from({ length: 60 }, (_, i) => {
+    const address = kinds[i % kinds.length]!()
+    const first = { address, value: 10_000n + BigInt(i) }
+    return i % 7 === 0 ? [first, { address, value: 2_100_000_000_000_000n - BigInt(i) }] : [first]
+  })
+}
+
+/** The transfers a block of `txs` (after its coinbase) must come out as. */
+const expected = (txids: ReadonlyArray<string>, txs: ReadonlyArray<ReadonlyArray<Payee>>) =>
+  txs.map((payees, i) => ({
+    txHash: txids[i + 1],
+    index: i + 1,
+    to: payees[0]!.address,
+    value: payees.reduce((sum, payee) => sum + payee.value, 0n)
+  }))
+
+const paid = (transfers: ReadonlyArray<ChainTransfer>) =>
+  transfers.filter((t) => t.index > 0).map(({ index, to, txHash, value }) => ({ txHash, index, to, value }))
+
+const blockPaths = (server: { requests: () => ReadonlyArray<{ path: string }> }) =>
+  server.requests().map((r) => r.path).filter((path) => path.startsWith("/block/"))
+
+describe("bitcoin on Esplora", () => {
+  it.scopedLive("a block of 61 transactions is one raw request; its outputs decode to Esplora's addresses, in sats", () =>
+    Effect.gen(function*() {
+      const chain = makeEsploraChain(params)
+      const server = yield* serveEsplora(chain, { raw: true })
+      const txs = payments()
+      const mined = chain.mine(txs)
+      const block = yield* Effect.flatMap(ChainClients, (clients) => clients.block("bitcoin", BigInt(mined.height))).pipe(
+        withClients(server.url)
+      )
+      expect(block).toMatchObject({ number: BigInt(mined.height), hash: mined.hash, parentHash: chain.blocks()[mined.height - 1]!.hash })
+      expect(paid(block.transfers)).toEqual(expected(mined.txids, txs))
+      // The coinbase pays the miner; its witness commitment (OP_RETURN) is no transfer.
+      expect(block.transfers.filter((t) => t.index === 0)).toHaveLength(1)
+      expect(blockPaths(server)).toEqual([`/block/${mined.hash}/raw`])
+    }))
+
+  it.scopedLive("an instance without raw blocks is read by pages (the same transfers), and not asked for raw again", () =>
+    Effect.gen(function*() {
+      const chain = makeEsploraChain(params)
+      const withRaw = yield* serveEsplora(chain, { raw: true })
+      const paged = yield* serveEsplora(chain, { raw: false })
+      const txs = payments()
+      const first = chain.mine(txs)
+      const second = chain.mine(payments().slice(0, 30))
+      const read = (url: string) =>
+        Effect.flatMap(ChainClients, (clients) =>
+          Effect.all([clients.block("bitcoin", BigInt(first.height)), clients.block("bitcoin", BigInt(second.height))])
+        ).pipe(withClients(url))
+
+      const [pagedFirst, pagedSecond] = yield* read(paged.url)
+      const [rawFirst, rawSecond] = yield* read(withRaw.url)
+      expect(paid(pagedFirst.transfers)).toEqual(expected(first.txids, txs))
+      expect(pagedFirst).toEqual(rawFirst)
+      expect(pagedSecond).toEqual(rawSecond)
+      expect(blockPaths(paged)).toEqual([
+        `/block/${first.hash}/raw`,
+        `/block/${first.hash}`,
+        `/block/${first.hash}/txs/0`,
+        `/block/${first.hash}/txs/25`,
+        `/block/${first.hash}/txs/50`,
+        `/block/${second.hash}`,
+        `/block/${second.hash}/txs/0`,
+        `/block/${second.hash}/txs/25`
+      ])
+      expect(blockPaths(withRaw)).toEqual([`/block/${first.hash}/raw`, `/block/${second.hash}/raw`])
+    }))
+
+  it.scopedLive("a 429 with Retry-After on the first URL fails over to the next; the endpoint's health shows the backoff", () =>
+    Effect.gen(function*() {
+      const chain = makeEsploraChain(params)
+      const limited = yield* serveEsplora(chain, { raw: true })
+      const other = yield* serveEsplora(chain, { raw: true })
+      const mined = chain.mine(payments().slice(0, 3))
+      limited.rateLimit(1, 30)
+      yield* Effect.gen(function*() {
+        const clients = yield* ChainClients
+        const before = Date.now()
+        expect(yield* clients.head("bitcoin")).toBe(BigInt(mined.height))
+        const [first, second] = yield* clients.endpoints("bitcoin")
+        expect(first).toMatchObject({ label: new URL(limited.url).host, consecutiveRateLimits: 1, state: "ready" })
+        expect(first!.rateLimitedUntil).toBeGreaterThanOrEqual(before + 30_000)
+        expect(second).toMatchObject({ label: new URL(other.url).host, consecutiveFailures: 0, requests: 1 })
+        // While its Retry-After runs, the limited one is left alone.
+        const block = yield* clients.block("bitcoin", BigInt(mined.height))
+        expect(block.hash).toBe(mined.hash)
+        expect(limited.requests()).toEqual([{ path: "/blocks/tip/height", status: 429 }])
+      }).pipe(withClients(`${limited.url},${other.url}`))
+    }))
+
+  it.scopedLive("every URL rate-limited fails the call saying when the first is free again", () =>
+    Effect.gen(function*() {
+      const chain = makeEsploraChain(params)
+      const server = yield* serveEsplora(chain, { raw: true })
+      server.rateLimit(1, 20)
+      yield* Effect.gen(function*() {
+        const clients = yield* ChainClients
+        yield* Effect.flip(clients.head("bitcoin"))
+        const error = yield* Effect.flip(clients.head("bitcoin"))
+        expect(error.message).toMatch(/every Esplora endpoint of bitcoin is rate-limited; the first is free again in (19|20) s/)
+        expect(server.requests()).toHaveLength(1)
+      }).pipe(withClients(server.url))
+    }))
+})

@@ -1,0 +1,224 @@
+/**
+ * A local Esplora: a bitcoin chain built here with bitcoinjs-lib (segwit transactions paying
+ * P2WPKH, P2TR, P2PKH and P2SH outputs, coinbases with an OP_RETURN output, regtest proof of
+ * work, merkle roots), served over HTTP in Esplora's REST format: `/blocks/tip/height`,
+ * `/blocks/tip/hash`, `/block-height/:h`, `/block/:hash`, `/block/:hash/header`,
+ * `/block/:hash/raw` (when offered) and `/block/:hash/txs/:start` (25 a page). Several servers
+ * may serve one chain. Each counts what it was asked, and can answer 429 with `Retry-After`.
+ */
+import { address as btcAddress, Block, Transaction } from "bitcoinjs-lib"
+import { Effect } from "effect"
+import { randomBytes } from "node:crypto"
+import { createServer } from "node:http"
+import type { BitcoinParams } from "../../src/Domain/Address.ts"
+
+export interface Payee {
+  readonly address: string
+  readonly value: bigint
+}
+
+interface Mined {
+  readonly block: Block
+  readonly hash: string
+  readonly height: number
+  /** Per transaction, per output: the address it pays, as Esplora names it. */
+  readonly addresses: ReadonlyArray<ReadonlyArray<string | undefined>>
+}
+
+/** The output script paying `address`: from the address's own encoding, not from a script decoder. */
+export const outputScript = (address: string, params: BitcoinParams): Uint8Array => {
+  if (address.toLowerCase().startsWith(`${params.bech32}1`)) {
+    const { data, version } = btcAddress.fromBech32(address)
+    return Uint8Array.from([version === 0 ? 0 : 0x50 + version, data.length, ...data])
+  }
+  const { hash, version } = btcAddress.fromBase58Check(address)
+  return version === params.pubKeyHash
+    ? Uint8Array.from([0x76, 0xa9, 20, ...hash, 0x88, 0xac])
+    : Uint8Array.from([0xa9, 20, ...hash, 0x87])
+}
+
+/** Fresh addresses of each kind the tests pay. */
+export const freshAddresses = (params: BitcoinParams) => ({
+  segwit: () => btcAddress.toBech32(randomBytes(20), 0, params.bech32),
+  segwitScript: () => btcAddress.toBech32(randomBytes(32), 0, params.bech32),
+  taproot: () => btcAddress.toBech32(randomBytes(32), 1, params.bech32),
+  p2pkh: () => btcAddress.toBase58Check(randomBytes(20), params.pubKeyHash),
+  p2sh: () => btcAddress.toBase58Check(randomBytes(20), params.scriptHash)
+})
+
+const hexOf = (bytes: Uint8Array) => Buffer.from(bytes).toString("hex")
+
+export interface EsploraChain {
+  /**
+   * Appends a block: a coinbase, then one transaction per entry of `txs` paying its payees
+   * (a segwit spend of a made-up coin). Returns its hash, height and txids (coinbase first).
+   */
+  readonly mine: (txs?: ReadonlyArray<ReadonlyArray<Payee>>) => { hash: string; height: number; txids: Array<string> }
+  readonly blocks: () => ReadonlyArray<Mined>
+}
+
+export const makeEsploraChain = (params: BitcoinParams, start = 5): EsploraChain => {
+  const blocks: Array<Mined> = []
+  const miner = freshAddresses(params).segwit()
+  const mine: EsploraChain["mine"] = (txs = []) => {
+    const height = blocks.length
+    const coinbase = new Transaction()
+    coinbase.version = 2
+    // BIP34: the height opens the coinbase script.
+    const heightPush = [4, height & 0xff, (height >> 8) & 0xff, (height >> 16) & 0xff, (height >> 24) & 0xff]
+    coinbase.addInput(new Uint8Array(32), 0xffffffff, 0xffffffff, Uint8Array.from(heightPush))
+    coinbase.setWitness(0, [new Uint8Array(32)])
+    coinbase.addOutput(outputScript(miner, params), 5_000_000_000n)
+    const addresses: Array<Array<string | undefined>> = [[miner, undefined]]
+    const transactions = [coinbase]
+    for (const payees of txs) {
+      const tx = new Transaction()
+      tx.version = 2
+      tx.addInput(randomBytes(32), 0, 0xfffffffd)
+      tx.setWitness(0, [randomBytes(71), randomBytes(33)])
+      for (const payee of payees) tx.addOutput(outputScript(payee.address, params), payee.value)
+      addresses.push(payees.map((payee) => payee.address))
+      transactions.push(tx)
+    }
+    // The witness commitment (an OP_RETURN output, so one without an address).
+    const witnessRoot = Block.calculateMerkleRoot(transactions, true)
+    coinbase.addOutput(Uint8Array.from([0x6a, 0x24, 0xaa, 0x21, 0xa9, 0xed, ...witnessRoot]), 0n)
+    const block = new Block()
+    block.version = 0x20000000
+    block.prevHash = height === 0 ? new Uint8Array(32) : blocks[height - 1]!.block.getHash()
+    block.timestamp = 1_700_000_000 + height * 600
+    block.bits = 0x207fffff
+    block.nonce = 0
+    block.transactions = transactions
+    block.merkleRoot = Block.calculateMerkleRoot(transactions)
+    while (!block.checkProofOfWork()) block.nonce += 1
+    const mined = { block, hash: block.getId(), height, addresses }
+    blocks.push(mined)
+    return { hash: mined.hash, height, txids: transactions.map((tx) => tx.getId()) }
+  }
+  for (let i = 0; i < start; i++) mine()
+  return { mine, blocks: () => blocks }
+}
+
+const scriptType = (script: Uint8Array): string =>
+  script[0] === 0x6a ? "op_return"
+  : script[0] === 0x76 ? "p2pkh"
+  : script[0] === 0xa9 ? "p2sh"
+  : script[0] === 0 ? (script.length === 22 ? "v0_p2wpkh" : "v0_p2wsh")
+  : script[0] === 0x51 ? "v1_p2tr"
+  : "unknown"
+
+/** A transaction as Esplora's `/block/:hash/txs/:start` lists it. */
+const txJson = (mined: Mined, index: number) => {
+  const tx = mined.block.transactions![index]!
+  return {
+    txid: tx.getId(),
+    version: tx.version,
+    locktime: tx.locktime,
+    vin: tx.ins.map((input) => ({
+      txid: hexOf(Uint8Array.from(input.hash).reverse()),
+      vout: input.index,
+      prevout: null,
+      scriptsig: hexOf(input.script),
+      witness: input.witness.map(hexOf),
+      is_coinbase: index === 0,
+      sequence: input.sequence
+    })),
+    vout: tx.outs.map((out, n) => {
+      const address = mined.addresses[index]?.[n]
+      return {
+        scriptpubkey: hexOf(out.script),
+        scriptpubkey_type: scriptType(out.script),
+        ...(address === undefined ? {} : { scriptpubkey_address: address }),
+        value: Number(out.value)
+      }
+    }),
+    size: tx.byteLength(),
+    weight: tx.weight(),
+    fee: 0,
+    status: { confirmed: true, block_height: mined.height, block_hash: mined.hash, block_time: mined.block.timestamp }
+  }
+}
+
+const blockJson = (mined: Mined) => ({
+  id: mined.hash,
+  height: mined.height,
+  version: mined.block.version,
+  timestamp: mined.block.timestamp,
+  tx_count: mined.block.transactions!.length,
+  size: mined.block.byteLength(),
+  weight: mined.block.weight(),
+  merkle_root: hexOf(Uint8Array.from(mined.block.merkleRoot!).reverse()),
+  previousblockhash: mined.height === 0 ? null : hexOf(Uint8Array.from(mined.block.prevHash!).reverse()),
+  mediantime: mined.block.timestamp,
+  nonce: mined.block.nonce,
+  bits: mined.block.bits,
+  difficulty: 0
+})
+
+export interface EsploraServerHandle {
+  readonly url: string
+  /** Every path asked, in order, with the status answered. */
+  readonly requests: () => ReadonlyArray<{ readonly path: string; readonly status: number }>
+  /** The next `count` requests are answered 429 with `Retry-After: <seconds>`. */
+  readonly rateLimit: (count: number, retryAfterSeconds: number) => void
+}
+
+/** Serves `chain`; `raw: false` answers `/block/:hash/raw` with 404 as instances without it do. */
+export const serveEsplora = (chain: EsploraChain, options: { readonly raw: boolean }) =>
+  Effect.acquireRelease(
+    Effect.async<EsploraServerHandle & { readonly close: () => void }>((resume) => {
+      const asked: Array<{ path: string; status: number }> = []
+      let limited = { count: 0, retryAfter: 0 }
+      const server = createServer((request, response) => {
+        // Served under /api, as public instances are.
+        const path = new URL(request.url ?? "/", "http://localhost").pathname.replace(/^\/api/, "")
+        const answer = (status: number, body: string | Uint8Array, headers: Record<string, string> = {}) => {
+          asked.push({ path, status })
+          response.writeHead(status, {
+            "content-type": typeof body === "string" ? "text/plain" : "application/octet-stream",
+            ...headers
+          }).end(body)
+        }
+        const json = (value: unknown) => answer(200, JSON.stringify(value), { "content-type": "application/json" })
+        if (limited.count > 0) {
+          limited = { ...limited, count: limited.count - 1 }
+          return answer(429, "Too Many Requests", { "retry-after": String(limited.retryAfter) })
+        }
+        const blocks = chain.blocks()
+        const tip = blocks[blocks.length - 1]!
+        if (path === "/blocks/tip/height") return answer(200, String(tip.height))
+        if (path === "/blocks/tip/hash") return answer(200, tip.hash)
+        const byHeight = /^\/block-height\/(\d+)$/.exec(path)
+        if (byHeight !== null) {
+          const mined = blocks[Number(byHeight[1])]
+          return mined === undefined ? answer(404, "Block not found") : answer(200, mined.hash)
+        }
+        const byHash = /^\/block\/([0-9a-f]{64})(\/.*)?$/.exec(path)
+        const mined = byHash === null ? undefined : blocks.find((b) => b.hash === byHash[1])
+        if (byHash === null || mined === undefined) return answer(404, "Block not found")
+        const rest = byHash[2] ?? ""
+        if (rest === "") return json(blockJson(mined))
+        if (rest === "/header") return answer(200, hexOf(mined.block.toBuffer(true)))
+        if (rest === "/raw" && options.raw) return answer(200, mined.block.toBuffer())
+        const page = /^\/txs\/(\d+)$/.exec(rest)
+        const start = page === null ? Number.NaN : Number(page[1])
+        const count = mined.block.transactions!.length
+        if (Number.isNaN(start) || start % 25 !== 0 || start >= count) return answer(404, "Not Found")
+        return json(Array.from({ length: Math.min(25, count - start) }, (_, i) => txJson(mined, start + i)))
+      })
+      server.listen(0, "127.0.0.1", () => {
+        const address = server.address()
+        const port = typeof address === "object" && address !== null ? address.port : 0
+        resume(Effect.succeed({
+          url: `http://127.0.0.1:${port}/api`,
+          requests: () => [...asked],
+          rateLimit: (count, retryAfter) => {
+            limited = { count, retryAfter }
+          },
+          close: () => server.close()
+        }))
+      })
+    }),
+    (server) => Effect.sync(server.close)
+  )
