@@ -5,7 +5,8 @@
  * watches it as `ethereum`), a webhook inbox, and confirmd itself as `npm start` runs it
  * (embedded PGlite, its event log in the same database) with fixed prices and loopback callbacks allowed.
  * Then it walks through signup, address, payment, the payer's transfer and the confirming
- * block, printing every request, response and the webhook, and stays up with the checkout
+ * block, printing every request, response and the webhook (with its signature headers and
+ * whether the signature verified), and stays up with the checkout
  * page's URL until Ctrl-C, which stops everything it started.
  *
  * Ports: the service on `PORT` (8080), the inbox on `DEMO_INBOX_PORT` (8088) and anvil on
@@ -21,6 +22,7 @@ import { createRequire } from "node:module"
 import { createServer } from "node:net"
 import { join, resolve } from "node:path"
 import { pathToFileURL } from "node:url"
+import { Webhook } from "standardwebhooks"
 
 const repo = resolve(import.meta.dirname, "..")
 const stateDir = join(repo, ".demo")
@@ -127,17 +129,59 @@ const client = (base: string): Client => ({
     })
 })
 
-/** A local callback endpoint: prints each webhook and answers 200. */
+/** The Standard Webhooks headers confirmd signs a callback with, in the order printed. */
+const SIGNATURE_HEADERS = ["webhook-id", "webhook-timestamp", "webhook-signature"] as const
+
+/**
+ * Whether `text` was signed with one of `secrets` (by label), checked the way a merchant's
+ * receiver checks it: the `standardwebhooks` library on the raw body and the three headers.
+ */
+const verify = (
+  text: string,
+  headers: Record<string, string>,
+  secrets: ReadonlyMap<string, string>
+): string => {
+  if (headers["webhook-signature"] === undefined) return "✗ not signed (no webhook-signature header)"
+  if (secrets.size === 0) return "✗ not verified: the inbox knows no secret yet"
+  let reason = ""
+  for (const [label, secret] of secrets) {
+    try {
+      new Webhook(secret).verify(text, headers)
+      return `✔ signature verified with ${label}'s webhook secret`
+    } catch (error) {
+      reason = error instanceof Error ? error.message : String(error)
+    }
+  }
+  return `✗ not verified with ${[...secrets.keys()].join(", ")}'s webhook secret: ${reason} ` +
+    `(a webhook of another account is signed with that account's own secret)`
+}
+
+/**
+ * A local callback endpoint: prints each webhook, its signature headers and whether the
+ * signature verified with a secret it was given (`secrets`, filled after signup), and answers 200.
+ */
 const inbox = (port: number) =>
   Effect.acquireRelease(
-    Effect.async<{ readonly received: Array<Body>; readonly close: () => void }, DemoError>((resume) => {
+    Effect.async<{
+      readonly received: Array<Body>
+      readonly secrets: Map<string, string>
+      readonly close: () => void
+    }, DemoError>((resume) => {
       const received: Array<Body> = []
+      const secrets = new Map<string, string>()
       const server = createHttpServer((request, response) => {
         const chunks: Array<Buffer> = []
         request.on("data", (chunk: Buffer) => chunks.push(chunk))
         request.on("end", () => {
           const text = Buffer.concat(chunks).toString("utf8")
-          console.log(`\n⇐ webhook received: ${request.method} ${request.url}\n  ${text}`)
+          const headers: Record<string, string> = {}
+          for (const [name, value] of Object.entries(request.headers)) {
+            if (typeof value === "string") headers[name] = value
+          }
+          const signature = SIGNATURE_HEADERS.map((name) => `  ${name.padEnd(18)} ${headers[name] ?? "(missing)"}`)
+          console.log(
+            `\n⇐ webhook received: ${request.method} ${request.url}\n  ${text}\n${signature.join("\n")}\n  ${verify(text, headers, secrets)}`
+          )
           try {
             received.push(JSON.parse(text) as Body)
           } catch {
@@ -150,6 +194,7 @@ const inbox = (port: number) =>
       server.listen(port, "127.0.0.1", () =>
         resume(Effect.succeed({
           received,
+          secrets,
           close: () => {
             server.closeAllConnections()
             server.close()
@@ -179,7 +224,7 @@ const program = Effect.gen(function*() {
     "--host", "127.0.0.1", "--port", String(anvilPort), "--chain-id", "1", "--silent"
   ], basics)
   yield* until("anvil", 60, rpc(chainUrl, "eth_blockNumber"))
-  const received = (yield* inbox(inboxPort)).received
+  const { received, secrets } = yield* inbox(inboxPort)
 
   // Exactly these variables: a DATABASE_URL or KAFKA_BROKERS of the caller's shell would
   // leave embedded mode.
@@ -208,6 +253,8 @@ const program = Effect.gen(function*() {
 
   const signup = yield* api.call("POST", "/signup", { json: { method: "subscribe", plan: "growth" } })
   const key = String(signup.body.api_key)
+  // The inbox verifies callbacks as a merchant's receiver does, with the secret signup returned.
+  secrets.set("the demo account", String(signup.body.webhook_secret))
   yield* api.call("POST", "/addresses", { key, json: { chain: "ethereum", addresses: [MERCHANT_ADDRESS] } })
   const payment = yield* api.call("POST", "/payments", {
     key,
