@@ -32,122 +32,34 @@
  * supervisor's capped backoff (at most `RESTART_BACKOFF_MAX_MS`, 3 s), reset by progress, so
  * a node that answers again is used within that.
  *
- * Configuration:
- * - `INGEST_CONCURRENCY` (8): blocks fetched at once while catching up.
- * - `REORG_DEPTH` (64): headers kept per chain, the deepest reorg handled exactly.
- * - `POLL_INTERVAL_MS_<CHAIN>`, else `POLL_INTERVAL_MS`, else half the chain's block time
- *   clamped to 250 ms .. 10 s: the longest wait between polls once caught up. On EVM chains
- *   the ingester polls more often while the next block is due (`pollDelayMillis`).
- * - `START_BLOCK_<CHAIN>`: where a chain without a cursor starts (default: the node's head).
- * - `WS_URL_<CHAIN>` (EVM chains): a WebSocket endpoint whose `newHeads` subscription wakes
- *   the ingester at once (NewHeads.ts); polling at the interval above goes on while it is
- *   down. While it is live, the ingester polls only every `SUBSCRIBED_POLL_INTERVAL_MS`
- *   (30000), in case a notification is lost.
- * - `BITCOIN_ZMQ_URL` (bitcoin): Bitcoin Core's `zmqpubhashblock` endpoint, whose
- *   notifications wake the ingester the same way (HashBlocks.ts).
+ * Configuration: IngestSettings.ts. The loop's state and the pure rules that move it:
+ * IngestLoop.ts.
  */
 import { NodeSocket } from "@effect/platform-node"
-import {
-  Array as Arr,
-  Chunk,
-  Clock,
-  Config,
-  ConfigError,
-  Duration,
-  Effect,
-  Either,
-  Fiber,
-  Layer,
-  Option,
-  Ref,
-  Sink,
-  Stream
-} from "effect"
-import { type ChainBlock, chainIdConfig, ChainClients } from "../Chains/ChainClients.ts"
+import { Array as Arr, Chunk, Clock, Duration, Effect, Fiber, Layer, Option, Ref, Sink, Stream } from "effect"
+import { type ChainBlock, ChainClients } from "../Chains/ChainClients.ts"
 import { type ChainName, chains } from "../Domain/Chain.ts"
 import { EventLog } from "../EventLog/EventLog.ts"
-import { ChainLocks } from "./ChainLocks.ts"
-import { blockRecords, type BlockRef, blocksTopic, outgoing, type ReorgRecord } from "./BlockMessage.ts"
-import { IngestCursors, type Tip } from "./Cursor.ts"
-import { IngesterRegistry } from "./IngesterRegistry.ts"
 import { Supervisor } from "../Supervision/Supervisor.ts"
-import { hashBlocksUrlConfig, subscribeHashBlocks } from "./HashBlocks.ts"
+import { blockRecords, type BlockRef, blocksTopic, outgoing } from "./BlockMessage.ts"
+import { ChainLocks } from "./ChainLocks.ts"
+import { IngestCursors } from "./Cursor.ts"
+import { subscribeHashBlocks } from "./HashBlocks.ts"
+import { IngesterRegistry } from "./IngesterRegistry.ts"
+import {
+  heightsToFetch,
+  linkedLength,
+  type LoopState,
+  nodeAhead,
+  nodeBehind,
+  pollDelayMillis,
+  published,
+  reorgOf,
+  rewound,
+  startState
+} from "./IngestLoop.ts"
+import { type IngestSettings, ingestSettingsConfig } from "./IngestSettings.ts"
 import { type HeadSource, subscribeNewHeads } from "./NewHeads.ts"
-
-export interface IngestSettings {
-  readonly concurrency: number
-  readonly reorgDepth: number
-  readonly pollInterval: Duration.Duration
-  readonly startBlock: Option.Option<bigint>
-  /** Where new blocks are announced: `WS_URL_<CHAIN>` and the chain id it must serve, or `BITCOIN_ZMQ_URL`. */
-  readonly newHeads: Option.Option<
-    | { readonly protocol: "websocket"; readonly url: string; readonly chainId: number }
-    | { readonly protocol: "zmq"; readonly url: string }
-  >
-  readonly subscribedPollInterval: Duration.Duration
-}
-
-const atLeastOne = (name: string) =>
-  Config.integer(name).pipe(Config.validate({ message: `${name} must be at least 1`, validation: (n) => n >= 1 }))
-
-export const defaultPollMillis = (chain: ChainName): number =>
-  Math.min(10_000, Math.max(250, Math.round(chains[chain].blockTimeMs / 2)))
-
-export const ingestSettingsConfig = (chain: ChainName): Config.Config<IngestSettings> => {
-  const upper = chain.toUpperCase()
-  const startName = `START_BLOCK_${upper}`
-  return Config.all({
-    concurrency: atLeastOne("INGEST_CONCURRENCY").pipe(Config.withDefault(8)),
-    reorgDepth: atLeastOne("REORG_DEPTH").pipe(Config.withDefault(64)),
-    pollInterval: Config.all([
-      Config.option(atLeastOne(`POLL_INTERVAL_MS_${upper}`)),
-      Config.option(atLeastOne("POLL_INTERVAL_MS"))
-    ]).pipe(
-      Config.map(([specific, general]) =>
-        Duration.millis(Option.getOrElse(Option.orElse(specific, () => general), () => defaultPollMillis(chain))))
-    ),
-    startBlock: Config.option(Config.string(startName).pipe(
-      Config.mapOrFail((text) =>
-        /^\d+$/.test(text.trim())
-          ? Either.right(BigInt(text.trim()))
-          : Either.left(ConfigError.InvalidData([startName], `${startName} must be a block height`)))
-    )),
-    newHeads: chain === "bitcoin"
-      ? Config.option(Config.all({ protocol: Config.succeed("zmq" as const), url: hashBlocksUrlConfig }))
-      : Config.option(Config.all({
-        protocol: Config.succeed("websocket" as const),
-        url: Config.url(`WS_URL_${upper}`).pipe(
-          Config.validate({ message: `WS_URL_${upper} must be a ws:// or wss:// URL`, validation: (url) => /^wss?:$/.test(url.protocol) }),
-          Config.map((url) => url.href)
-        ),
-        chainId: chainIdConfig(chain)
-      })),
-    subscribedPollInterval: atLeastOne("SUBSCRIBED_POLL_INTERVAL_MS").pipe(Config.withDefault(30_000), Config.map(Duration.millis))
-  })
-}
-
-/**
- * The wait before polling a caught-up chain again, never longer than `pollIntervalMs`. Blocks
- * of EVM chains come at a steady pace, so the next one is due a block time after the newest
- * one's timestamp: until then the poll interval (cut short to land on the due time); from
- * then on, for one poll interval, a poll every 24th of a block time (at least 250 ms), since
- * the block is about to appear; after that the poll interval again (a late or stalled chain).
- * Without a known newest block: the poll interval.
- */
-export const pollDelayMillis = (options: {
-  readonly nowMs: number
-  readonly newestBlockMs: number | null
-  readonly blockTimeMs: number
-  readonly pollIntervalMs: number
-}): number => {
-  const { blockTimeMs, newestBlockMs, nowMs, pollIntervalMs } = options
-  if (newestBlockMs === null) return pollIntervalMs
-  const due = newestBlockMs + blockTimeMs
-  if (nowMs < due) return Math.min(due - nowMs, pollIntervalMs)
-  return nowMs < due + pollIntervalMs
-    ? Math.min(pollIntervalMs, Math.max(250, Math.round(blockTimeMs / 24)))
-    : pollIntervalMs
-}
 
 /**
  * A run (one publish and one cursor write while catching up) holds at most 64 blocks and
@@ -162,23 +74,6 @@ const runOfBlocks = Sink.foldWeighted({
   cost: (_run, block: ChainBlock) => Math.max(block.transfers.length, maxRunWeight / maxRunBlocks),
   body: (run, block) => Chunk.append(run, block)
 })
-
-/**
- * How many of `run` (consecutive heights, oldest first) extend the chain whose newest block
- * is `tipHash`: each block's parent is the block before it (the first's, `tipHash`; not
- * checked when null).
- */
-export const linkedLength = (
-  tipHash: string | null,
-  run: ReadonlyArray<{ readonly hash: string; readonly parentHash: string }>
-): number => {
-  let parent = tipHash
-  for (let i = 0; i < run.length; i++) {
-    if (parent !== null && run[i]!.parentHash !== parent) return i
-    parent = run[i]!.hash
-  }
-  return run.length
-}
 
 /** Runs the ingester of `chain` until interrupted, starting again after every failure. */
 export const runIngester = (chain: ChainName, settings: IngestSettings) =>
@@ -237,160 +132,153 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
         yield* feed.next(live && !announcedAhead ? settings.subscribedPollInterval : polling)
       })
 
+    /** Publishes the reorg below the kept headers, comparing them with the node up to `nodeHead`. */
+    const reorg = (state: LoopState, nodeHead: bigint) =>
+      Effect.gen(function*() {
+        const known = yield* cursors.headers(chain)
+        // Newest first: the first kept header still on the node's chain is the common ancestor.
+        const ancestor = yield* Effect.findFirst(known, (header) =>
+          header.number <= nodeHead
+            ? Effect.map(clients.blockHash(chain, header.number), (hash) => hash === header.hash)
+            : Effect.succeed(false))
+        const orphaned = Arr.reverse(Option.match(ancestor, {
+          onNone: () => known,
+          onSome: (found) => known.slice(0, known.indexOf(found))
+        }))
+        const { record, to } = reorgOf({ chain, orphaned, ancestor: Option.getOrNull(ancestor), next: state.next })
+        const details = { fromNumber: String(record.fromNumber), depth: orphaned.length }
+        if (record.commonAncestor === null) {
+          yield* Effect.logError(`reorg deeper than the ${settings.reorgDepth} kept headers; continuing unchecked`)
+            .pipe(Effect.annotateLogs(details))
+        } else {
+          yield* Effect.logWarning("reorg").pipe(Effect.annotateLogs(details))
+        }
+        yield* Effect.uninterruptible(Effect.zipRight(
+          eventLog.publish(outgoing(eventLog, [record])),
+          cursors.rewind(chain, to)
+        )).pipe(
+          Effect.withSpan("ChainIngester.reorg", { root: true, attributes: { chain, "block.from": String(record.fromNumber) } })
+        )
+        yield* registry.update(chain, (s) => ({ ...s, reorgs: s.reorgs + 1, lastPublished: record.commonAncestor }))
+        return rewound(state, to)
+      })
+
     /** One run from the stored cursor; fails on the first error. */
-    const attempt = (progressed: Effect.Effect<void>) => Effect.gen(function*() {
-      yield* eventLog.ensureTopics([{ name: topic, partitions: 1 }])
-      const reading = Option.getOrNull(yield* clients.reading(chain))
-      yield* registry.update(chain, (s) => ({ ...s, reading }))
-      const stored = Option.getOrNull(yield* cursors.tip(chain))
-      if (stored !== null && stored.hash !== null) {
-        const published: BlockRef = { number: stored.number, hash: stored.hash }
-        yield* registry.update(chain, (s) => ({ ...s, lastPublished: published }))
-      }
-      let tip: Tip | null = stored
-      let next: bigint = tip !== null
-        ? tip.number + 1n
-        : Option.isSome(settings.startBlock)
-        ? settings.startBlock.value
-        : yield* clients.head(chain)
-      let behindLogged = false
-      /** The newest published block's timestamp (ms), once this attempt has published one. */
-      let newestBlockMs: number | null = null
-
-      const rewound = (to: Tip, published: BlockRef | null) => {
-        tip = to
-        next = to.number + 1n
-        return registry.update(chain, (s) => ({ ...s, reorgs: s.reorgs + 1, lastPublished: published }))
-      }
-
-      /** Publishes the reorg below the kept headers, comparing them with the node up to `nodeHead`. */
-      const reorg = (nodeHead: bigint) =>
+    const attempt = (progressed: Effect.Effect<void>) => {
+      /** Publishes `extending` (it extends the cursor) in one publish and one cursor write. */
+      const publish = (
+        state: LoopState,
+        extending: Arr.NonEmptyReadonlyArray<ChainBlock>,
+        finalized: Option.Option<bigint>
+      ) =>
         Effect.gen(function*() {
-          const known = yield* cursors.headers(chain)
-          const orphaned: Array<BlockRef> = []
-          let ancestor: BlockRef | null = null
-          for (const header of known) {
-            if (header.number <= nodeHead && (yield* clients.blockHash(chain, header.number)) === header.hash) {
-              ancestor = header
-              break
-            }
-            orphaned.unshift(header)
-          }
-          const fromNumber = ancestor !== null ? ancestor.number + 1n : orphaned[0]?.number ?? next
-          const record: ReorgRecord = {
-            type: "reorg",
-            version: 1,
-            chain,
-            fromNumber,
-            orphaned,
-            commonAncestor: ancestor
-          }
-          const details = { fromNumber: String(fromNumber), depth: orphaned.length }
-          if (ancestor === null) {
-            yield* Effect.logError(`reorg deeper than the ${settings.reorgDepth} kept headers; continuing unchecked`)
-              .pipe(Effect.annotateLogs(details))
-          } else {
-            yield* Effect.logWarning("reorg").pipe(Effect.annotateLogs(details))
-          }
-          const to: Tip = ancestor ?? { number: fromNumber - 1n, hash: null }
+          const newest = Arr.lastNonEmpty(extending)
+          const refs = Arr.map(extending, (block): BlockRef => ({ number: block.number, hash: block.hash }))
+          const ref = Arr.lastNonEmpty(refs)
+          // A run under way is finished on shutdown or when the chain's lock goes.
           yield* Effect.uninterruptible(Effect.zipRight(
-            eventLog.publish(outgoing(eventLog, [record])),
-            cursors.rewind(chain, to)
+            eventLog.publish(outgoing(
+              eventLog,
+              extending.flatMap((block) =>
+                Option.match(finalized, {
+                  onNone: () => blockRecords(block),
+                  onSome: (height) => blockRecords(block).map((record) => ({ ...record, finalized: height }))
+                })
+              )
+            )),
+            cursors.advance(chain, refs, settings.reorgDepth)
           )).pipe(
-            Effect.withSpan("ChainIngester.reorg", { root: true, attributes: { chain, "block.from": String(fromNumber) } })
+            // Each run starts its own trace: the one its blocks' consumers continue.
+            Effect.withSpan("ChainIngester.ingest", {
+              root: true,
+              attributes: { chain, "block.from": String(refs[0].number), "block.to": String(ref.number), blocks: refs.length }
+            })
           )
-          yield* rewound(to, ancestor)
+          yield* registry.update(chain, (s) => ({ ...s, lastPublished: ref, lastBlockTime: newest.timestamp }))
+          yield* progressed
+          return published(state, newest)
         })
 
       /**
-       * Publishes the blocks of `run` that extend the cursor, in one publish and one cursor
-       * write; a block that does not extend it is a reorg: handled, and says stop.
+       * Publishes the blocks of `run` that extend the cursor; a block that does not extend it
+       * is a reorg: handled, and says stop (`linked` false).
        */
-      const accept = (run: ReadonlyArray<ChainBlock>, nodeHead: bigint, finalized: Option.Option<bigint>) =>
+      const accept = (state: LoopState, run: ReadonlyArray<ChainBlock>, nodeHead: bigint, finalized: Option.Option<bigint>) =>
         Effect.gen(function*() {
-          const extending = run.slice(0, linkedLength(tip?.hash ?? null, run))
-          if (Arr.isNonEmptyReadonlyArray(extending)) {
-            const newest = Arr.lastNonEmpty(extending)
-            const refs = Arr.map(extending, (block): BlockRef => ({ number: block.number, hash: block.hash }))
-            const published = Arr.lastNonEmpty(refs)
-            // A run under way is finished on shutdown or when the chain's lock goes.
-            yield* Effect.uninterruptible(Effect.zipRight(
-              eventLog.publish(outgoing(
-                eventLog,
-                extending.flatMap((block) =>
-                  Option.match(finalized, {
-                    onNone: () => blockRecords(block),
-                    onSome: (height) => blockRecords(block).map((record) => ({ ...record, finalized: height }))
-                  })
-                )
-              )),
-              cursors.advance(chain, refs, settings.reorgDepth)
-            )).pipe(
-              // Each run starts its own trace: the one its blocks' consumers continue.
-              Effect.withSpan("ChainIngester.ingest", {
-                root: true,
-                attributes: { chain, "block.from": String(refs[0].number), "block.to": String(published.number), blocks: refs.length }
-              })
-            )
-            tip = published
-            next = newest.number + 1n
-            newestBlockMs = newest.timestamp * 1000
-            yield* registry.update(chain, (s) => ({ ...s, lastPublished: published, lastBlockTime: newest.timestamp }))
-            yield* progressed
-          }
-          if (extending.length < run.length) {
-            yield* reorg(nodeHead)
-            return false
-          }
-          return true
+          const extending = run.slice(0, linkedLength(state.tip?.hash ?? null, run))
+          const after = Arr.isNonEmptyReadonlyArray(extending) ? yield* publish(state, extending, finalized) : state
+          return extending.length < run.length
+            ? { state: yield* reorg(after, nodeHead), linked: false }
+            : { state: after, linked: true }
         })
 
       /**
        * Nothing new. A node at or below the cursor may have switched to another fork of
        * the same or a shorter length: compare its head block with the kept one.
        */
-      const idle = (head: bigint) =>
+      const idle = (state: LoopState, head: bigint) =>
         Effect.gen(function*() {
           yield* progressed
+          const { tip } = state
           if (tip !== null && head <= tip.number) {
             const kept = head === tip.number
               ? tip.hash
               : (yield* cursors.headers(chain)).find((header) => header.number === head)?.hash ?? null
             if (kept !== null && (yield* clients.blockHash(chain, head)) !== kept) {
-              return yield* reorg(head)
-            }
-            if (head < tip.number && !behindLogged) {
-              behindLogged = true
-              yield* Effect.logWarning("node is behind the cursor; waiting for it").pipe(
-                Effect.annotateLogs({ head: String(head), cursor: String(tip.number) })
-              )
+              return yield* reorg(state, head)
             }
           }
-          yield* awaitHead(head, newestBlockMs)
+          const behind = nodeBehind(state, head)
+          if (behind.tell) {
+            yield* Effect.logWarning("node is behind the cursor; waiting for it").pipe(
+              Effect.annotateLogs({ head: String(head), cursor: String(tip?.number) })
+            )
+          }
+          yield* awaitHead(head, behind.state.newestBlockMs)
+          return behind.state
         })
 
-      while (true) {
-        const head = yield* clients.head(chain)
-        yield* registry.observeHead(chain, head, next)
-        if (head < next) {
-          yield* idle(head)
-          continue
+      /** One poll of the node: publishes what it has beyond the cursor, or waits for it. */
+      const poll = (state: LoopState) =>
+        Effect.gen(function*() {
+          const head = yield* clients.head(chain)
+          yield* registry.observeHead(chain, head, state.next)
+          const heights = heightsToFetch(state.next, head, batch)
+          if (heights.length === 0) return yield* idle(state, head)
+          // Asked beside the blocks, so following the chain live waits for no extra round trip.
+          const finalized = yield* Effect.fork(finalizedNow)
+          // mapEffect keeps the order of heights while fetching several at once; the blocks
+          // fetched while a run is being published make up the next run.
+          const last = yield* Stream.fromIterable(heights).pipe(
+            Stream.mapEffect((height) => clients.block(chain, height), { concurrency: settings.concurrency }),
+            Stream.aggregate(runOfBlocks),
+            Stream.runFoldWhileEffect(
+              { state: nodeAhead(state), linked: true },
+              (step) => step.linked,
+              (step, run) =>
+                Effect.flatMap(Fiber.join(finalized), (height) => accept(step.state, Chunk.toReadonlyArray(run), head, height))
+            )
+          )
+          return last.state
+        })
+
+      return Effect.gen(function*() {
+        yield* eventLog.ensureTopics([{ name: topic, partitions: 1 }])
+        const reading = Option.getOrNull(yield* clients.reading(chain))
+        yield* registry.update(chain, (s) => ({ ...s, reading }))
+        const stored = Option.getOrNull(yield* cursors.tip(chain))
+        if (stored !== null && stored.hash !== null) {
+          const lastPublished: BlockRef = { number: stored.number, hash: stored.hash }
+          yield* registry.update(chain, (s) => ({ ...s, lastPublished }))
         }
-        behindLogged = false
-        const last = head < next + batch - 1n ? head : next + batch - 1n
-        const heights = Array.from({ length: Number(last - next + 1n) }, (_, i) => next + BigInt(i))
-        // Asked beside the blocks, so following the chain live waits for no extra round trip.
-        const finalized = yield* Effect.fork(finalizedNow)
-        // mapEffect keeps the order of heights while fetching several at once; the blocks
-        // fetched while a run is being published make up the next run.
-        yield* Stream.fromIterable(heights).pipe(
-          Stream.mapEffect((height) => clients.block(chain, height), { concurrency: settings.concurrency }),
-          Stream.aggregate(runOfBlocks),
-          Stream.runForEachWhile((run) =>
-            Effect.flatMap(Fiber.join(finalized), (height) => accept(Chunk.toReadonlyArray(run), head, height)))
+        const initial = startState(
+          stored !== null
+            ? { _tag: "Resume", tip: stored }
+            : { _tag: "Start", start: Option.isSome(settings.startBlock) ? settings.startBlock.value : yield* clients.head(chain) }
         )
-      }
-    })
+        return yield* Effect.iterate(initial, { while: () => true, body: poll })
+      })
+    }
 
     return yield* supervisor.supervise({ name: `ingester ${chain}`, kind: "ingester" }, attempt, {
       onIncident: (error) =>

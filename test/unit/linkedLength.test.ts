@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import { FastCheck as fc } from "effect"
-import { linkedLength } from "../../src/Ingest/ChainIngester.ts"
+import { linkedLength } from "../../src/Ingest/IngestLoop.ts"
 
 /** `length` blocks, each the child of the one before; the first the child of `parent`. */
 const chainFrom = (parent: string, length: number, fork = "a") =>

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import { FastCheck as fc } from "effect"
-import { pollDelayMillis } from "../../src/Ingest/ChainIngester.ts"
+import { pollDelayMillis } from "../../src/Ingest/IngestLoop.ts"
 
 const blockTimeMs = fc.integer({ min: 250, max: 600_000 })
 const pollIntervalMs = fc.integer({ min: 1, max: 3_600_000 })
