@@ -69,6 +69,8 @@ export interface TestAppOptions {
   readonly database?: "postgres" | "embedded"
   /** When given, every log line of every level is appended here (logfmt) instead of printed. */
   readonly logs?: Array<string>
+  /** Variables of the base configuration left unset (e.g. `BITCOIN_RPC_URL`, for Esplora). */
+  readonly unset?: ReadonlyArray<string>
 }
 
 /**
@@ -89,7 +91,7 @@ export const makeTestApp = (
       ...prices.env,
       ...database,
       ...overrides
-    }))
+    }).filter(([name]) => !(options.unset ?? []).includes(name)))
     const context = yield* Layer.build(
       makeApp(NodeHttpServer.layer(createApiServer, { port: 0, host: "127.0.0.1" })).pipe(
         Layer.provide(
