@@ -1,17 +1,38 @@
 /**
- * The owner of the delivery side's two tables: `webhook_deliveries` (sent by the webhook
- * dispatcher) and `outbox_events` (published by the outbox relay). Writers add rows inside
- * their own transaction with `write` and call `committed` once it has committed; the
- * dispatcher and the relay wait on `webhooksWritten` / `eventsWritten` (and poll as a
- * fallback for rows written by another replica), so neither the writer nor the readers know
- * of each other.
+ * The one delivery store: the only writer (and reader) of `webhook_deliveries`,
+ * `webhook_attempts` and `outbox_events`. The matcher records facts (or rows) inside its own
+ * transaction with `record` / `write` and calls `committed` once it has committed; the
+ * dispatcher claims and records attempts (`deliveries`, ./DeliveryStore.ts), the relay
+ * publishes (`events`, ./EventStore.ts); both wait on `webhooksWritten` / `eventsWritten` (and
+ * poll as a fallback for rows written by another replica), so neither the writer nor the
+ * readers know of each other. Operators get the backlog through `backlog` and `deliveryCounts`.
  */
 import { SqlClient, type Statement } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
-import { Effect, Queue } from "effect"
+import { Effect, type ParseResult, Queue, Schema } from "effect"
+import { makeDeliveryStore } from "./DeliveryStore.ts"
+import { makeEventStore } from "./EventStore.ts"
 import { type Fact, rowsOf } from "./Facts.ts"
 import type { DeliveryRow, OutboxRow } from "./Payloads.ts"
 import { currentTraceparent } from "../Tracing/TraceContext.ts"
+
+const BacklogRow = Schema.Struct({
+  events: Schema.Number,
+  events_age: Schema.NullOr(Schema.Number),
+  webhooks: Schema.Number,
+  webhooks_age: Schema.NullOr(Schema.Number)
+})
+const decodeBacklog = Schema.decodeUnknown(Schema.Array(BacklogRow))
+const DeliveryCount = Schema.Struct({ status: Schema.String, attempts: Schema.Number, count: Schema.Number })
+const decodeDeliveryCounts = Schema.decodeUnknown(Schema.Array(DeliveryCount))
+
+/** What waits to go out: unpublished confirmation records and pending webhooks, with the age of the oldest. */
+export interface Backlog {
+  readonly confirmationsUnpublished: number
+  readonly confirmationsOldestSeconds: number | null
+  readonly webhooksPending: number
+  readonly webhooksOldestSeconds: number | null
+}
 
 export class Outbox extends Effect.Service<Outbox>()("confirmd/Outbox", {
   effect: Effect.gen(function*() {
@@ -74,11 +95,40 @@ export class Outbox extends Effect.Service<Outbox>()("confirmd/Outbox", {
         SET status = 'pending', attempts = 0, last_error = NULL, finished_at = NULL, next_attempt_at = now()
         WHERE id = ${deliveryId} AND status <> 'pending'`.pipe(Effect.asVoid)
 
+    const backlog: Effect.Effect<Backlog | null, SqlError | ParseResult.ParseError> = sql`
+      SELECT
+        (SELECT count(*)::int FROM outbox_events WHERE published_at IS NULL) AS events,
+        (SELECT extract(epoch FROM clock_timestamp() - min(created_at))::float8 FROM outbox_events WHERE published_at IS NULL) AS events_age,
+        (SELECT count(*)::int FROM webhook_deliveries WHERE status = 'pending') AS webhooks,
+        (SELECT extract(epoch FROM clock_timestamp() - min(created_at))::float8 FROM webhook_deliveries WHERE status = 'pending') AS webhooks_age`
+      .pipe(
+        Effect.flatMap(decodeBacklog),
+        Effect.map(([row]) =>
+          row === undefined ? null : {
+            confirmationsUnpublished: row.events,
+            confirmationsOldestSeconds: row.events_age,
+            webhooksPending: row.webhooks,
+            webhooksOldestSeconds: row.webhooks_age
+          }
+        )
+      )
+
+    /** Deliveries by state and attempts made. */
+    const deliveryCounts: Effect.Effect<ReadonlyArray<typeof DeliveryCount.Type>, SqlError | ParseResult.ParseError> = sql`
+      SELECT status, attempts, count(*)::int AS count FROM webhook_deliveries
+      GROUP BY status, attempts ORDER BY status, attempts`.pipe(Effect.flatMap(decodeDeliveryCounts))
+
     return {
       write,
       record,
       insertEvents,
       requeue,
+      /** The dispatcher's statements: claim, renew a lease, hand back, record an attempt. */
+      deliveries: makeDeliveryStore(sql),
+      /** The relay's statement: publish a batch. */
+      events: makeEventStore(sql),
+      backlog,
+      deliveryCounts,
       /** Call after the transaction that wrote rows committed: the readers look now rather than at their next poll. */
       committed: Effect.asVoid(Effect.zipRight(Queue.offer(webhooks, undefined), Queue.offer(events, undefined))),
       /** Completes once webhook deliveries were committed since the last take. */

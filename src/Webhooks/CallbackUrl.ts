@@ -1,11 +1,17 @@
 /**
  * Callback targets must be public http(s) endpoints: a merchant must not be able to make
  * confirmd POST into its own network. Checked at creation and again at delivery, after DNS
- * resolution, so a name that later resolves to a private address is refused too.
+ * resolution (`checkCallbackUrl`), and, unless private networks are allowed, once more at
+ * connect time (`publicOnlyLookup`, the callback client's lookup), so a name that re-resolves
+ * to a private address between the check and the connection is refused too.
  */
-import { Config, Effect, Schema } from "effect"
+import { NodeHttpClient } from "@effect/platform-node"
+import { Config, Effect, Layer, Schema } from "effect"
 import ipaddr from "ipaddr.js"
+import { lookup as dnsLookup } from "node:dns"
+import type { LookupAddress, LookupOptions } from "node:dns"
 import { lookup } from "node:dns/promises"
+import type { LookupFunction } from "node:net"
 
 export class CallbackUrlRejected extends Schema.TaggedError<CallbackUrlRejected>()("CallbackUrlRejected", {
   url: Schema.String,
@@ -121,9 +127,6 @@ export const nonPublicRange = (address: string): string | undefined => {
   return inBlock(parsed, globalUnicast!) ? undefined : `${address} is outside 2000::/3 (not global unicast)`
 }
 
-/** True only for globally routable unicast addresses. */
-export const isPublicAddress = (address: string): boolean => nonPublicRange(address) === undefined
-
 const reject = (url: string, message: string) => Effect.fail(new CallbackUrlRejected({ url, message }))
 
 export const parseCallbackUrl = (raw: string): Effect.Effect<URL, CallbackUrlRejected> => {
@@ -154,3 +157,30 @@ export const checkCallbackUrl = (raw: string) =>
     }
     return url
   })
+
+/** A `net` lookup that refuses non-public addresses (used when private networks are not allowed). */
+export const publicOnlyLookup: LookupFunction = (hostname, options, callback) =>
+  dnsLookup(hostname, { ...options, all: true }, (error, addresses: Array<LookupAddress>) => {
+    if (error !== null) return callback(error, "")
+    const blocked = addresses.map((entry) => nonPublicRange(entry.address)).find((reason) => reason !== undefined)
+    if (blocked !== undefined) {
+      const refused: NodeJS.ErrnoException = new Error(
+        `callback host ${hostname} resolves to a non-public address (${blocked}); private networks are not allowed`
+      )
+      refused.code = "ECALLBACKPRIVATE"
+      return callback(refused, "")
+    }
+    const first = addresses[0]
+    if ((options as LookupOptions).all === true) return callback(null, addresses)
+    return first === undefined
+      ? callback(Object.assign(new Error(`callback host ${hostname} has no address`), { code: "ENOTFOUND" }), "")
+      : callback(null, first.address, first.family)
+  })
+
+/** The callback HTTP client: node:http, no redirects followed, the connect-time address check unless private networks are allowed. */
+export const CallbackHttpClientLive = Layer.unwrapEffect(
+  Effect.map(AllowPrivateNetworks, (allowPrivate) =>
+    NodeHttpClient.layerWithoutAgent.pipe(
+      Layer.provide(NodeHttpClient.makeAgentLayer(allowPrivate ? { keepAlive: true } : { keepAlive: true, lookup: publicOnlyLookup }))
+    ))
+)

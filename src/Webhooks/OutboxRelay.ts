@@ -6,17 +6,17 @@
  * after the EventLog acknowledged it, so delivery is at-least-once: after a crash between the
  * two, the record is published again with the same id, which consumers deduplicate on.
  *
- * One relay publishes at a time across replicas (a transaction-scoped advisory lock held
- * while a batch is published and marked), so records of one key never overtake each other.
+ * One relay publishes at a time across replicas (the `Outbox`'s publish, ../Outbox/EventStore.ts,
+ * holds a transaction-scoped advisory lock while a batch is published and marked), so records
+ * of one key never overtake each other.
  *
- * The loop is supervised: a failed batch, including a defect such as a COMMIT on a
- * terminated connection, restarts it after the supervisor's backoff (Supervision/).
+ * The loop is a supervised poll-or-wake loop (./PollOrWake.ts): a failed batch, including a
+ * defect such as a COMMIT on a terminated connection, restarts it after the supervisor's backoff.
  */
-import { SqlClient } from "@effect/sql"
-import { Config, Context, Duration, Effect, Layer, Metric, Queue } from "effect"
+import { Config, Context, Duration, Effect, Layer, Metric } from "effect"
 import { EventLog } from "../EventLog/EventLog.ts"
 import { Outbox } from "../Outbox/Outbox.ts"
-import { Supervisor } from "../Supervision/Supervisor.ts"
+import { makePollOrWake } from "./PollOrWake.ts"
 
 export const confirmationsTopicSuffix = "confirmations"
 
@@ -49,65 +49,36 @@ export class OutboxRelay extends Context.Tag("confirmd/OutboxRelay")<OutboxRelay
   readonly wake: Effect.Effect<void>
 }>() {}
 
-interface OutboxEvent {
-  readonly id: string
-  readonly key: string
-  readonly type: string
-  /** PostgreSQL's JSON text of the payload: published as is. */
-  readonly payload: string
-}
-
 const utf8 = new TextEncoder()
 
 const makeRelay = Effect.gen(function*() {
   const settings = yield* relaySettingsConfig
-  const sql = yield* SqlClient.SqlClient
   const eventLog = yield* EventLog
   const outbox = yield* Outbox
-  const supervisor = yield* Supervisor
   const topic = eventLog.topicName(confirmationsTopicSuffix)
   yield* eventLog.ensureTopics([{ name: topic }])
-
-  const signal = yield* Queue.sliding<void>(1)
-  const wake = Queue.offer(signal, undefined).pipe(Effect.asVoid)
+  const loop = yield* makePollOrWake
 
   /** Publishes one batch; true when a full batch went out (more may be waiting). */
-  const relayBatch = Effect.gen(function*() {
-    const [lock] = yield* sql<{ locked: boolean }>`
-      SELECT pg_try_advisory_xact_lock(hashtext('confirmd.outbox-relay')) AS locked`
-    // Another replica is publishing: its batch goes out, ours would only interleave.
-    if (lock === undefined || !lock.locked) return false
-    const rows = yield* sql<OutboxEvent>`
-      SELECT id, key, type, payload::text AS payload FROM outbox_events
-      WHERE published_at IS NULL
-      ORDER BY created_at, id
-      LIMIT ${settings.batchSize}`
-    if (rows.length === 0) return false
-    yield* eventLog.publish(rows.map((row) => ({
+  const relayBatch = outbox.events.publish(settings.batchSize, (rows) =>
+    eventLog.publish(rows.map((row) => ({
       topic,
       key: row.key,
       value: utf8.encode(row.payload),
       headers: { "event-id": row.id, "event-type": row.type }
-    })))
-    yield* sql`UPDATE outbox_events SET published_at = now() WHERE id IN ${sql.in(rows.map((row) => row.id))}`
-    yield* Metric.update(outboxPublishedTotal, rows.length)
-    return rows.length === settings.batchSize
-  }).pipe(sql.withTransaction)
+    }))).pipe(Effect.zipRight(Metric.update(outboxPublishedTotal, rows.length)))).pipe(
+    Effect.map((published) => published === settings.batchSize)
+  )
 
-  const waitForWork = Effect.raceAll([Queue.take(signal), outbox.eventsWritten, Effect.sleep(settings.pollInterval)])
+  yield* loop.start({
+    fiber: { name: "outbox-relay", kind: "outbox-relay" },
+    pollInterval: settings.pollInterval,
+    written: outbox.eventsWritten,
+    step: relayBatch
+  })
 
-  yield* Effect.forkScoped(supervisor.supervise(
-    { name: "outbox-relay", kind: "outbox-relay" },
-    (progress) =>
-      relayBatch.pipe(
-        Effect.zipLeft(progress),
-        Effect.flatMap((more) => (more ? Effect.void : waitForWork)),
-        Effect.forever
-      )
-  ))
-
-  return OutboxRelay.of({ wake })
+  return OutboxRelay.of({ wake: loop.wake })
 })
 
-/** The relay's fiber for the lifetime of the layer's scope (needs `SqlClient`, `EventLog`, `Outbox`, `Supervisor`). */
+/** The relay's fiber for the lifetime of the layer's scope (needs `EventLog`, `Outbox`, `Supervisor`). */
 export const OutboxRelayLive = Layer.scoped(OutboxRelay, makeRelay)

@@ -1,6 +1,6 @@
 /**
- * Delivers the rows of `webhook_deliveries` (written by the matcher in its block transaction)
- * as JSON POSTs to their callback URLs, following the API contract's delivery rules (README "The pipeline"):
+ * Delivers the rows of `webhook_deliveries` (written by the matcher in its block transaction,
+ * claimed and recorded through the `Outbox`, ../Outbox/DeliveryStore.ts) as JSON POSTs to their callback URLs, following the API contract's delivery rules (README "The pipeline"):
  *
  * - 2xx is delivered; any other status, a timeout, a connection error or a refused target
  *   is a failed attempt.
@@ -17,7 +17,7 @@
  * Recording an attempt is retried until it succeeds: a callback answered 2xx is not POSTed
  * again because the database connection dropped while its outcome was written.
  *
- * The claiming loop is supervised (Supervision/).
+ * The claiming loop is a supervised poll-or-wake loop (./PollOrWake.ts).
  *
  * Every attempt is signed (Standard Webhooks, ./Signing.ts) with the signer's secrets of that
  * moment, and logged in `webhook_attempts` in the same statement that records its outcome. An
@@ -26,12 +26,9 @@
  *
  * The target is checked before every attempt (`checkCallbackUrl`) and, unless private
  * networks are allowed, every address the connection resolves to is checked again at connect
- * time, so a name that re-resolves to a private address between the two is refused too.
+ * time (`CallbackHttpClientLive`, ./CallbackUrl.ts).
  */
 import { HttpClient, HttpClientRequest } from "@effect/platform"
-import { NodeHttpClient } from "@effect/platform-node"
-import { SqlClient } from "@effect/sql"
-import type { Statement } from "@effect/sql"
 import {
   Cause,
   Chunk,
@@ -47,21 +44,19 @@ import {
   Metric,
   MetricBoundaries,
   Option,
-  Queue,
   Ref,
   Schedule
 } from "effect"
+import type { DeliveryOutcome, DueDelivery } from "../Outbox/DeliveryStore.ts"
 import { Outbox } from "../Outbox/Outbox.ts"
-import { Supervisor } from "../Supervision/Supervisor.ts"
-import { lookup as dnsLookup } from "node:dns"
-import type { LookupAddress, LookupOptions } from "node:dns"
-import type { LookupFunction } from "node:net"
 import { hostOf, rootMessage } from "../Domain/Host.ts"
 import { logFailure } from "../Supervision/FailureLog.ts"
-import { AllowPrivateNetworks, checkCallbackUrl, nonPublicRange } from "./CallbackUrl.ts"
+import { CallbackHttpClientLive, checkCallbackUrl } from "./CallbackUrl.ts"
 import { signerKindOf } from "../Outbox/Payloads.ts"
 import { callbackHeaders, type Signing } from "./Signing.ts"
+import { makePollOrWake } from "./PollOrWake.ts"
 import { WebhookSecrets } from "./WebhookSecrets.ts"
+import { withSpanContinuing } from "../Tracing/TraceContext.ts"
 
 // ---------------------------------------------------------------------------------------
 // Retry policy
@@ -181,42 +176,9 @@ class AttemptFailed extends Data.TaggedError("AttemptFailed")<{
   readonly status?: number
 }> {}
 
-interface DueDelivery {
-  readonly id: string
-  readonly url: string
-  /** The payload as PostgreSQL's JSON text: posted, and signed, as is. */
-  readonly body: string
-  /** The owner of the secrets that sign it (account or challenge id). */
-  readonly signer: string
-  /** Attempts made before this one. */
-  readonly attempts: number
-  readonly waited_seconds: number
-}
-
-/** A `net` lookup that refuses non-public addresses (used when private networks are not allowed). */
-export const publicOnlyLookup: LookupFunction = (hostname, options, callback) =>
-  dnsLookup(hostname, { ...options, all: true }, (error, addresses: Array<LookupAddress>) => {
-    if (error !== null) return callback(error, "")
-    const blocked = addresses.map((entry) => nonPublicRange(entry.address)).find((reason) => reason !== undefined)
-    if (blocked !== undefined) {
-      const refused: NodeJS.ErrnoException = new Error(
-        `callback host ${hostname} resolves to a non-public address (${blocked}); private networks are not allowed`
-      )
-      refused.code = "ECALLBACKPRIVATE"
-      return callback(refused, "")
-    }
-    const first = addresses[0]
-    if ((options as LookupOptions).all === true) return callback(null, addresses)
-    return first === undefined
-      ? callback(Object.assign(new Error(`callback host ${hostname} has no address`), { code: "ENOTFOUND" }), "")
-      : callback(null, first.address, first.family)
-  })
-
 const makeDispatcher = Effect.gen(function*() {
   const settings = yield* dispatcherSettingsConfig
-  const sql = yield* SqlClient.SqlClient
   const outbox = yield* Outbox
-  const supervisor = yield* Supervisor
   const secrets = yield* WebhookSecrets
   const client = (yield* HttpClient.HttpClient).pipe(
     HttpClient.mapRequest(HttpClientRequest.setHeader("user-agent", "confirmd-webhooks/1")),
@@ -224,8 +186,8 @@ const makeDispatcher = Effect.gen(function*() {
     HttpClient.withScope
   )
   const stats = yield* Ref.make(emptyStats)
-  const signal = yield* Queue.sliding<void>(1)
-  const wake = Queue.offer(signal, undefined).pipe(Effect.asVoid)
+  const loop = yield* makePollOrWake
+  const wake = loop.wake
   const fibers = yield* FiberSet.make()
   /** Ids with an attempt running here: never start a second one for the same delivery. */
   const inFlight = new Set<string>()
@@ -233,30 +195,12 @@ const makeDispatcher = Effect.gen(function*() {
 
   /** While an attempt runs (and its outcome is written), its lease is moved forward every quarter lease. */
   const keepLeased = (delivery: DueDelivery) =>
-    sql`
-      UPDATE webhook_deliveries
-      SET next_attempt_at = now() + make_interval(secs => ${leaseSeconds}::double precision)
-      WHERE id = ${delivery.id} AND attempts = ${delivery.attempts} AND status = 'pending'`.pipe(
+    outbox.deliveries.renewLease(delivery, leaseSeconds).pipe(
       // A missed renewal is not fatal: the next one, a quarter lease later, may get through.
       Effect.catchAllCause((cause) => Effect.logDebug("renewing a webhook lease failed", cause)),
       Effect.delay(Duration.millis(Duration.toMillis(settings.lease) / 4)),
       Effect.forever
     )
-
-  const claim = (limit: number) =>
-    sql<DueDelivery>`
-      UPDATE webhook_deliveries d
-      SET next_attempt_at = now() + make_interval(secs => ${leaseSeconds}::double precision)
-      FROM (
-        SELECT id FROM webhook_deliveries
-        WHERE status = 'pending' AND next_attempt_at <= now()
-        ORDER BY next_attempt_at
-        LIMIT ${limit}
-        FOR UPDATE SKIP LOCKED
-      ) due
-      WHERE d.id = due.id
-      RETURNING d.id, d.url, d.payload::text AS body, d.signer, d.attempts,
-        extract(epoch FROM clock_timestamp() - d.created_at)::double precision AS waited_seconds`
 
   /** One POST, signed unless `signing` says why not; succeeds with the receiver's 2xx status. */
   const post = (delivery: DueDelivery, signing: Signing, at: Date) =>
@@ -318,51 +262,35 @@ const makeDispatcher = Effect.gen(function*() {
   const deliver = (delivery: DueDelivery) =>
     Effect.gen(function*() {
       const attempt = delivery.attempts + 1
-      if (attempt === 1) yield* Metric.update(webhookMetrics.firstAttemptLag, delivery.waited_seconds)
+      if (attempt === 1) yield* Metric.update(webhookMetrics.firstAttemptLag, delivery.waitedSeconds)
       yield* Effect.forkScoped(keepLeased(delivery))
       const signing = yield* secrets.signing({ kind: signerKindOf(delivery.id), id: delivery.signer })
       const startedAt = new Date(yield* Clock.currentTimeMillis)
       const [took, result] = yield* Effect.timed(Effect.either(post(delivery, signing, startedAt))).pipe(
         // Stopped before an answer: hand the row back at once instead of leaving it leased.
-        Effect.onInterrupt(() =>
-          sql`
-            UPDATE webhook_deliveries SET next_attempt_at = now()
-            WHERE id = ${delivery.id} AND attempts = ${delivery.attempts} AND status = 'pending'`.pipe(Effect.ignore)
-        )
+        Effect.onInterrupt(() => Effect.ignore(outbox.deliveries.handBack(delivery)))
       )
-      /** The outcome's update and the attempt's log row in one statement: a stale attempt records neither. */
-      const logged = (update: Statement.Statement<unknown>) =>
-        recordAttempt(sql`
-          WITH updated AS (${update} RETURNING id)
-          INSERT INTO webhook_attempts (delivery_id, started_at, duration_ms, http_status, error)
-          SELECT id, ${startedAt}::timestamptz, ${Math.round(Duration.toMillis(took))}::integer,
-            ${Either.match(result, { onLeft: (e) => e.status ?? null, onRight: (status) => status })}::integer,
-            ${Either.match(result, { onLeft: (e) => e.reason, onRight: () => null })}::text
-          FROM updated`)
+      const logged = (outcome: DeliveryOutcome) =>
+        recordAttempt(outbox.deliveries.recordAttempt(delivery, outcome, {
+          startedAt,
+          durationMs: Math.round(Duration.toMillis(took)),
+          httpStatus: Either.match(result, { onLeft: (e) => e.status ?? null, onRight: (status) => status }),
+          error: Either.match(result, { onLeft: (e) => e.reason, onRight: () => null })
+        }))
       if (result._tag === "Right") {
-        yield* logged(sql`
-          UPDATE webhook_deliveries
-          SET status = 'delivered', attempts = ${attempt}, last_error = NULL, finished_at = now()
-          WHERE id = ${delivery.id} AND attempts = ${delivery.attempts} AND status = 'pending'`)
+        yield* logged({ _tag: "Delivered" })
         return yield* record(attempt, "delivered")
       }
       const reason = result.left.reason
       if (attempt >= settings.maxAttempts) {
-        yield* logged(sql`
-          UPDATE webhook_deliveries
-          SET status = 'dropped', attempts = ${attempt}, last_error = ${reason}, finished_at = now()
-          WHERE id = ${delivery.id} AND attempts = ${delivery.attempts} AND status = 'pending'`)
+        yield* logged({ _tag: "Dropped", reason })
         yield* Effect.logWarning("webhook dropped after its last attempt").pipe(
           Effect.annotateLogs({ deliveryId: delivery.id, host: hostOf(delivery.url), attempts: attempt, reason })
         )
         return yield* record(attempt, "dropped")
       }
       const delay = yield* retryDelay(attempt)
-      yield* logged(sql`
-        UPDATE webhook_deliveries
-        SET attempts = ${attempt}, last_error = ${reason},
-          next_attempt_at = now() + make_interval(secs => ${Duration.toSeconds(delay)}::double precision)
-        WHERE id = ${delivery.id} AND attempts = ${delivery.attempts} AND status = 'pending'`)
+      yield* logged({ _tag: "Failed", reason, retryIn: delay })
       yield* Effect.logDebug("webhook attempt failed").pipe(
         Effect.annotateLogs({ deliveryId: delivery.id, host: hostOf(delivery.url), attempt, reason, retryIn: Duration.format(delay) })
       )
@@ -382,39 +310,31 @@ const makeDispatcher = Effect.gen(function*() {
   const fill = Effect.gen(function*() {
     const free = settings.concurrency - inFlight.size
     if (free <= 0) return false
-    const due = yield* claim(free)
+    const due = yield* outbox.deliveries.claim(free, leaseSeconds)
     for (const delivery of due) {
       if (inFlight.has(delivery.id)) continue
       inFlight.add(delivery.id)
-      yield* FiberSet.run(fibers, deliver(delivery))
+      yield* FiberSet.run(
+        fibers,
+        deliver(delivery).pipe(withSpanContinuing("WebhookDispatcher.attempt", delivery.traceparent, {
+          attributes: { deliveryId: delivery.id, attempt: delivery.attempts + 1 }
+        }))
+      )
     }
     return due.length === free
   })
 
-  const waitForWork = Effect.raceAll([Queue.take(signal), outbox.webhooksWritten, Effect.sleep(settings.pollInterval)])
-
-  yield* Effect.forkScoped(supervisor.supervise(
-    { name: "webhook-dispatcher", kind: "webhook-dispatcher" },
-    (progress) =>
-      fill.pipe(
-        Effect.zipLeft(progress),
-        Effect.flatMap((more) => (more ? Effect.void : waitForWork)),
-        Effect.forever
-      )
-  ))
+  yield* loop.start({
+    fiber: { name: "webhook-dispatcher", kind: "webhook-dispatcher" },
+    pollInterval: settings.pollInterval,
+    written: outbox.webhooksWritten,
+    step: fill
+  })
 
   return WebhookDispatcher.of({ wake, stats: Ref.get(stats) })
 })
 
-/** The callback HTTP client: node:http, no redirects followed, optionally connect-time address check. */
-const CallbackHttpClientLive = Layer.unwrapEffect(
-  Effect.map(AllowPrivateNetworks, (allowPrivate) =>
-    NodeHttpClient.layerWithoutAgent.pipe(
-      Layer.provide(NodeHttpClient.makeAgentLayer(allowPrivate ? { keepAlive: true } : { keepAlive: true, lookup: publicOnlyLookup }))
-    ))
-)
-
-/** The dispatcher's fibers for the lifetime of the layer's scope (needs `SqlClient`, `Outbox`, `Supervisor`). */
+/** The dispatcher's fibers for the lifetime of the layer's scope (needs `Outbox`, `Supervisor`, `SqlClient` for the secrets). */
 export const WebhookDispatcherLive = Layer.scoped(WebhookDispatcher, makeDispatcher).pipe(
   Layer.provide(Layer.merge(CallbackHttpClientLive, WebhookSecrets.Default))
 )

@@ -1,0 +1,132 @@
+/**
+ * The statements of `webhook_deliveries` and `webhook_attempts` that the webhook dispatcher's
+ * attempts go through: claim due rows under a lease, keep the lease while an attempt runs,
+ * hand a row back, record an attempt's outcome with its log row. Each outcome is recorded
+ * only if `attempts` is still what was claimed, so a stale attempt never overwrites a newer one.
+ */
+import type { SqlClient } from "@effect/sql"
+import type { Statement } from "@effect/sql"
+import { Duration, Effect, Schema } from "effect"
+
+const DueRow = Schema.Struct({
+  id: Schema.String,
+  url: Schema.String,
+  body: Schema.String,
+  signer: Schema.String,
+  attempts: Schema.Number,
+  traceparent: Schema.NullOr(Schema.String),
+  waited_seconds: Schema.Number
+})
+const decodeDue = Schema.decodeUnknown(Schema.Array(DueRow))
+
+/** A delivery claimed for an attempt. */
+export interface DueDelivery {
+  readonly id: string
+  readonly url: string
+  /** The payload as PostgreSQL's JSON text: posted, and signed, as is. */
+  readonly body: string
+  /** The owner of the secrets that sign it (account or challenge id). */
+  readonly signer: string
+  /** Attempts made before this one. */
+  readonly attempts: number
+  /** Since the row was written. */
+  readonly waitedSeconds: number
+  /** The trace context of the write that queued it (null for rows of older code). */
+  readonly traceparent: string | null
+}
+
+/** How an attempt ended, as recorded: delivered, dropped (it was the last), or failed with a retry due later. */
+export type DeliveryOutcome =
+  | { readonly _tag: "Delivered" }
+  | { readonly _tag: "Dropped"; readonly reason: string }
+  | { readonly _tag: "Failed"; readonly reason: string; readonly retryIn: Duration.Duration }
+
+/** The attempt's row in `webhook_attempts`. */
+export interface AttemptLog {
+  readonly startedAt: Date
+  readonly durationMs: number
+  /** The receiver's answer, when there was one. */
+  readonly httpStatus: number | null
+  readonly error: string | null
+}
+
+export const makeDeliveryStore = (sql: SqlClient.SqlClient) => {
+  const leased = (seconds: number) => sql`now() + make_interval(secs => ${seconds}::double precision)`
+  /** Still the attempt that was claimed: nobody recorded one since. */
+  const current = (delivery: DueDelivery) =>
+    sql`id = ${delivery.id} AND attempts = ${delivery.attempts} AND status = 'pending'`
+
+  /**
+   * Claims up to `limit` due rows, oldest due first, skipping rows another replica holds, and
+   * leases them for `leaseSeconds` (their `next_attempt_at` moved ahead).
+   */
+  const claim = (limit: number, leaseSeconds: number) =>
+    sql`
+      UPDATE webhook_deliveries d
+      SET next_attempt_at = ${leased(leaseSeconds)}
+      FROM (
+        SELECT id FROM webhook_deliveries
+        WHERE status = 'pending' AND next_attempt_at <= now()
+        ORDER BY next_attempt_at
+        LIMIT ${limit}
+        FOR UPDATE SKIP LOCKED
+      ) due
+      WHERE d.id = due.id
+      RETURNING d.id, d.url, d.payload::text AS body, d.signer, d.attempts, d.traceparent,
+        extract(epoch FROM clock_timestamp() - d.created_at)::double precision AS waited_seconds`.pipe(
+      Effect.flatMap((rows) => Effect.orDie(decodeDue(rows))),
+      Effect.map((rows) =>
+        rows.map((row): DueDelivery => ({
+          id: row.id,
+          url: row.url,
+          body: row.body,
+          signer: row.signer,
+          attempts: row.attempts,
+          waitedSeconds: row.waited_seconds,
+          traceparent: row.traceparent
+        }))
+      )
+    )
+
+  /** Moves the lease of a claimed row `leaseSeconds` ahead from now. */
+  const renewLease = (delivery: DueDelivery, leaseSeconds: number) =>
+    sql`UPDATE webhook_deliveries SET next_attempt_at = ${leased(leaseSeconds)} WHERE ${current(delivery)}`.pipe(
+      Effect.asVoid
+    )
+
+  /** Hands a claimed row back, due now (its attempt was stopped before an answer). */
+  const handBack = (delivery: DueDelivery) =>
+    sql`UPDATE webhook_deliveries SET next_attempt_at = now() WHERE ${current(delivery)}`.pipe(Effect.asVoid)
+
+  const update = (delivery: DueDelivery, outcome: DeliveryOutcome): Statement.Statement<unknown> => {
+    const attempt = delivery.attempts + 1
+    switch (outcome._tag) {
+      case "Delivered":
+        return sql`
+          UPDATE webhook_deliveries
+          SET status = 'delivered', attempts = ${attempt}, last_error = NULL, finished_at = now()
+          WHERE ${current(delivery)}`
+      case "Dropped":
+        return sql`
+          UPDATE webhook_deliveries
+          SET status = 'dropped', attempts = ${attempt}, last_error = ${outcome.reason}, finished_at = now()
+          WHERE ${current(delivery)}`
+      case "Failed":
+        return sql`
+          UPDATE webhook_deliveries
+          SET attempts = ${attempt}, last_error = ${outcome.reason},
+            next_attempt_at = now() + make_interval(secs => ${Duration.toSeconds(outcome.retryIn)}::double precision)
+          WHERE ${current(delivery)}`
+    }
+  }
+
+  /** The outcome's update and the attempt's log row in one statement: a stale attempt records neither. */
+  const recordAttempt = (delivery: DueDelivery, outcome: DeliveryOutcome, log: AttemptLog) =>
+    sql`
+      WITH updated AS (${update(delivery, outcome)} RETURNING id)
+      INSERT INTO webhook_attempts (delivery_id, started_at, duration_ms, http_status, error)
+      SELECT id, ${log.startedAt}::timestamptz, ${log.durationMs}::integer, ${log.httpStatus}::integer, ${log.error}::text
+      FROM updated`.pipe(Effect.asVoid)
+
+  return { claim, renewLease, handBack, recordAttempt } as const
+}
