@@ -220,6 +220,3 @@ export class ChainClients extends Effect.Service<ChainClients>()("confirmd/Chain
   }),
   dependencies: [FetchHttpClient.layer]
 }) {}
-
-/** The live layer, HTTP client included; needs only configuration. */
-export const ChainClientsLive = ChainClients.Default

@@ -4,7 +4,6 @@ import { Effect, Ref } from "effect"
 export class MonitorState extends Effect.Service<MonitorState>()("confirmd/MonitorState", {
   effect: Effect.map(Ref.make(false), (running) => ({
     markRunning: Ref.set(running, true),
-    markStopped: Ref.set(running, false),
     isRunning: Ref.get(running)
   }))
 }) {}
