@@ -11,7 +11,13 @@ import { Effect, Schema } from "effect"
 const Locked = Schema.Tuple(Schema.Struct({ locked: Schema.Boolean }))
 const decodeLocked = Schema.decodeUnknown(Locked)
 
-const PendingRow = Schema.Struct({ id: Schema.String, key: Schema.String, type: Schema.String, payload: Schema.String })
+const PendingRow = Schema.Struct({
+  id: Schema.String,
+  key: Schema.String,
+  type: Schema.String,
+  payload: Schema.String,
+  traceparent: Schema.NullOr(Schema.String)
+})
 const decodePending = Schema.decodeUnknown(Schema.Array(PendingRow))
 
 /** An unpublished confirmation record. */
@@ -22,6 +28,8 @@ export interface PendingEvent {
   readonly type: string
   /** PostgreSQL's JSON text of the payload: published as is. */
   readonly payload: string
+  /** The trace context of the write that recorded it (null for rows of older code). */
+  readonly traceparent: string | null
 }
 
 export const makeEventStore = (sql: SqlClient.SqlClient) => {
@@ -40,7 +48,7 @@ export const makeEventStore = (sql: SqlClient.SqlClient) => {
       )
       if (!lock.locked) return 0
       const rows = yield* sql`
-        SELECT id, key, type, payload::text AS payload FROM outbox_events
+        SELECT id, key, type, payload::text AS payload, traceparent FROM outbox_events
         WHERE published_at IS NULL
         ORDER BY created_at, id
         LIMIT ${limit}`.pipe(Effect.flatMap((rows) => Effect.orDie(decodePending(rows))))

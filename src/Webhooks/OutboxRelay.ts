@@ -2,7 +2,8 @@
  * Publishes the rows of `outbox_events` (written by the matcher in its block transaction) to
  * the `<prefix>.confirmations` topic, in `created_at` order: key = the row's `key` (payment,
  * challenge or intent id), value = the payload JSON (a `ConfirmationRecord`, see
- * Outbox/Payloads.ts), headers `event-id` and `event-type`. A row is marked `published_at` only
+ * Outbox/Payloads.ts), headers `event-id`, `event-type` and `traceparent` (the trace of the
+ * matcher's write, when the row has one). A row is marked `published_at` only
  * after the EventLog acknowledged it, so delivery is at-least-once: after a crash between the
  * two, the record is published again with the same id, which consumers deduplicate on.
  *
@@ -65,7 +66,8 @@ const makeRelay = Effect.gen(function*() {
       topic,
       key: row.key,
       value: utf8.encode(row.payload),
-      headers: { "event-id": row.id, "event-type": row.type }
+      // A consumer continues the trace of the block that caused the record.
+      headers: { "event-id": row.id, "event-type": row.type, ...(row.traceparent === null ? {} : { traceparent: row.traceparent }) }
     }))).pipe(Effect.zipRight(Metric.update(outboxPublishedTotal, rows.length)))).pipe(
     Effect.map((published) => published === settings.batchSize)
   )
