@@ -17,6 +17,7 @@ import { challengeDelivery, confirmationRecord, encodeChallengeCallback, outboxR
 import { WebhookDispatcher, WebhookDispatcherLive } from "../../src/Webhooks/WebhookDispatcher.ts"
 import { newWebhookSecret } from "../../src/Webhooks/Signing.ts"
 import { WebhookReceiver } from "../support/WebhookReceiver.ts"
+import { recordRetrySchedule, scheduledRetries } from "../support/RetrySchedule.ts"
 import { Supervisor } from "../../src/Supervision/Supervisor.ts"
 import { Outbox } from "../../src/Outbox/Outbox.ts"
 
@@ -57,6 +58,8 @@ it.live("embedded database and log: a challenge callback after one 500, and its 
       blockHash: `0x${"bc".repeat(32)}`,
       amountSmallest: body.expectedAmount
     }, new Date()))
+    // The retry's delay as the dispatcher schedules it (see ../support/RetrySchedule.ts).
+    yield* recordRetrySchedule.pipe(Effect.provideService(SqlClient.SqlClient, sql))
     // One transaction, as the matcher writes both.
     yield* Effect.gen(function*() {
       yield* sql`INSERT INTO webhook_secrets (id, owner_id, secret) VALUES (${randomUUID()}, ${delivery.signer}, ${secret})`
@@ -75,8 +78,11 @@ it.live("embedded database and log: a challenge callback after one 500, and its 
       expect(request.headers["webhook-id"]).toBe(delivery.id)
       expect(new Webhook(secret).verify(request.text, request.headers as Record<string, string>)).toEqual(request.body)
     }
-    const gap = (requests[1]?.at ?? 0) - (requests[0]?.at ?? 0)
-    expect(Math.abs(gap - 1000)).toBeLessThanOrEqual(400)
+    // After the 500, the retry was scheduled 1 s later and not sent before it was due.
+    const [retry, ...more] = yield* scheduledRetries(delivery.id).pipe(Effect.provideService(SqlClient.SqlClient, sql))
+    expect(more).toEqual([])
+    expect(retry).toMatchObject({ attempts: 1, retryInMs: 1000 })
+    expect(requests[1]!.at).toBeGreaterThanOrEqual(Math.floor(retry!.dueAt))
     const [row] = yield* Effect.flatMap(SqlClient.SqlClient, (client) =>
       client<{ status: string; attempts: number }>`SELECT status, attempts FROM webhook_deliveries WHERE id = ${delivery.id}`
     ).pipe(
