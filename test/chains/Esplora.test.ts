@@ -2,10 +2,14 @@
 // of real blocks (test/support/Esplora.ts): a block in one raw request where the instance
 // serves raw blocks, by pages where it does not, and failover past a 429.
 import { describe, expect, it } from "@effect/vitest"
-import { ConfigProvider, Effect } from "effect"
+import { ConfigProvider, Effect, Either } from "effect"
+import { transfersOfTx } from "../../src/Chains/BitcoinClient.ts"
+import { parseRawBlock } from "../../src/Chains/BitcoinRaw.ts"
 import { ChainClients, type ChainTransfer } from "../../src/Chains/ChainClients.ts"
 import { bitcoinParams } from "../../src/Domain/Address.ts"
+import { bitcoin } from "../support/Chains.ts"
 import { freshAddresses, makeEsploraChain, type Payee, serveEsplora } from "../support/Esplora.ts"
+import { bitcoinRpcUrl } from "../support/TestApp.ts"
 
 const params = bitcoinParams("mainnet")
 
@@ -128,4 +132,34 @@ describe("bitcoin on Esplora", () => {
         expect(server.requests()).toHaveLength(1)
       }).pipe(withClients(server.url))
     }))
+
+  it.scopedLive("blocks of the bcoin regtest node, read raw, have the transfers its JSON-RPC reports", () =>
+    Effect.gen(function*() {
+      const regtest = bitcoinParams("regtest", { bech32: "rb", pubKeyHash: 60, scriptHash: 38 })
+      const fresh = freshAddresses(regtest)
+      const rpcClients = ConfigProvider.fromMap(new Map([
+        ["CHAINS", "bitcoin"],
+        ["BITCOIN_RPC_URL", bitcoinRpcUrl()],
+        ["BITCOIN_NETWORK", "regtest"],
+        ["BITCOIN_BECH32_PREFIX", "rb"],
+        ["BITCOIN_PUBKEYHASH_VERSION", "60"],
+        ["BITCOIN_SCRIPTHASH_VERSION", "38"]
+      ]))
+      yield* bitcoin.mineToWallet(101)
+      for (const address of [fresh.segwit(), fresh.p2pkh(), fresh.p2sh(), fresh.segwitScript()]) {
+        const txid = yield* bitcoin.send(address, 12_345n)
+        const [hash] = (yield* bitcoin.rpc("generatetoaddress", [1, fresh.segwit()])) as Array<string>
+        const { height } = (yield* bitcoin.rpc("getblockheader", [hash])) as { height: number }
+        const raw = Buffer.from(String(yield* bitcoin.rpc("getblock", [hash, false])), "hex")
+        const parsed = Either.getOrThrow(parseRawBlock(raw, regtest))
+        const viaRpc = yield* Effect.flatMap(ChainClients, (clients) => clients.block("bitcoin", BigInt(height))).pipe(
+          Effect.provide(ChainClients.Default),
+          Effect.withConfigProvider(rpcClients)
+        )
+        expect(viaRpc.hash).toBe(hash)
+        expect(viaRpc.transfers).toContainEqual(expect.objectContaining({ txHash: txid, to: address, value: 12_345n }))
+        expect(parsed).toMatchObject({ hash, parentHash: viaRpc.parentHash, timestamp: viaRpc.timestamp })
+        expect(parsed.transactions.flatMap((tx, index) => transfersOfTx(tx.txid, index, tx.outputs))).toEqual(viaRpc.transfers)
+      }
+    }), { timeout: 90_000 })
 })
