@@ -1,22 +1,19 @@
 /**
- * The layers of src/ (CONTRIBUTING.md, "Layers"), checked by `npm run lint:deps` in CI.
+ * The layers of src/ (CONTRIBUTING.md, "Layers"; docs/architecture.md draws them), checked by
+ * `npm run lint:deps` in CI.
  * A folder may import its own layer (without a cycle between folders) and the layers below;
  * never one above. A new folder of src/ has to be given a layer here.
  */
 const layers = [
-  // Top: the HTTP server, its handlers and the API assembled from the features' groups.
+  // Top: the HTTP server, its handlers, the API assembled from the features' groups, and the one
+  // mapping of domain errors to statuses and the envelope.
   { name: "http", folders: ["Http"] },
-  // Operator endpoints: figures of every stage, asked of their owners.
-  { name: "operations", folders: ["Ops"] },
-  // What merchants and payers use; Watches is how each of them opens an expectation.
-  {
-    name: "features",
-    folders: ["Accounts", "Addresses", "Challenges", "Checkout", "Donations", "Health", "Payments", "Transfers", "Watches"]
-  },
-  // Blocks in, webhooks out.
-  { name: "pipeline", folders: ["Ingest", "EventLog", "Matcher", "Outbox", "Webhooks"] },
+  // What merchants, payers and operators use.
+  { name: "features", folders: ["Accounts", "Addresses", "Challenges", "Checkout", "Health", "Ops", "Payments", "Transfers"] },
+  // Blocks in, expectations matched, webhooks out.
+  { name: "pipeline", folders: ["Donations", "Ingest", "Matcher", "Outbox", "Watches", "Webhooks"] },
   // Stores, clients and the machinery every stage runs on.
-  { name: "stores and clients", folders: ["Database", "Chains", "Price", "Supervision", "Tracing"] },
+  { name: "infrastructure", folders: ["Chains", "Database", "EventLog", "Price", "Supervision", "Tracing"] },
   // Money, chains, addresses, ids, errors, shared schemas: knows nothing above it.
   { name: "domain", folders: ["Domain"] }
 ]
