@@ -99,6 +99,12 @@ const silentServer = Effect.acquireRelease(
 /** A local port with nothing listening: bind one, then let it go. */
 const closedPort = Effect.scoped(Effect.map(silentServer, ({ port }) => port))
 
+/**
+ * How a call ended by `RPC_TIMEOUT_MS` is described: by the client's own bound ("no answer
+ * within 400ms") or by viem's, which the EVM endpoints are given the same value for.
+ */
+const TIMED_OUT = /no answer within 400ms|took too long to respond/
+
 describe("bitcoin amounts and outputs", () => {
   it("btcToSatoshis reads node amounts exactly, including exponent notation", () => {
     expect(btcToSatoshis("50")).toEqual(Option.some(5_000_000_000n))
@@ -256,7 +262,7 @@ describe("ChainClients failures", () => {
       }).pipe(withClients(env))
     }))
 
-  it.live("a node that never answers fails with ChainUnavailable within RPC_TIMEOUT_MS", () =>
+  it.live("a node that never answers fails with ChainUnavailable, ended by RPC_TIMEOUT_MS", () =>
     Effect.gen(function*() {
       const { port } = yield* silentServer
       const url = `http://127.0.0.1:${port}/`
@@ -264,13 +270,12 @@ describe("ChainClients failures", () => {
       yield* Effect.gen(function*() {
         const clients = yield* ChainClients
         for (const chain of ["ethereum", "bitcoin"] as const) {
-          const started = Date.now()
+          // What ends the call is the timeout, and the error says so: no stopwatch needed (the
+          // node never answers, so nothing else could end it).
           const error = yield* Effect.flip(clients.head(chain))
-          const elapsed = Date.now() - started
           expect(error).toBeInstanceOf(ChainUnavailable)
           expect(error.chain).toBe(chain)
-          expect(elapsed).toBeGreaterThanOrEqual(350)
-          expect(elapsed).toBeLessThan(2_000)
+          expect(error.message).toMatch(TIMED_OUT)
         }
       }).pipe(withClients(env))
     }).pipe(Effect.scoped))
