@@ -44,6 +44,15 @@ export class OlderReplicasStillRunning extends Data.TaggedError("OlderReplicasSt
 
 const MigrationRow = Schema.Struct({ migration_id: Schema.Number })
 const OlderRow = Schema.Struct({ who: Schema.String })
+const PresentRow = Schema.Struct({ present: Schema.Boolean })
+
+/** Whether the table `name` exists. */
+const tableExists = (sql: SqlClient.SqlClient, name: string): Effect.Effect<boolean, SqlError> =>
+  sql`SELECT to_regclass(${name}) IS NOT NULL AS present`.pipe(
+    Effect.flatMap(Schema.decodeUnknown(Schema.Array(PresentRow))),
+    Effect.map((rows) => rows[0]?.present === true),
+    Effect.orDie
+  )
 
 const migrationWait = Config.integer("MIGRATION_WAIT_SECONDS").pipe(
   Config.validate({ message: "MIGRATION_WAIT_SECONDS must be at least 0", validation: (n) => n >= 0 }),
@@ -83,10 +92,7 @@ export const runMigrations = (options: {
 }) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const migrationsTableExists = sql`SELECT to_regclass(${MIGRATIONS_TABLE}) IS NOT NULL AS present`.pipe(
-      Effect.map((rows) => rows[0]?.["present"] === true)
-    )
-    const applied = (yield* migrationsTableExists)
+    const applied = (yield* tableExists(sql, MIGRATIONS_TABLE))
       ? yield* sql`SELECT coalesce(max(migration_id), 0) AS migration_id FROM confirmd_migrations`.pipe(
         Effect.flatMap(Schema.decodeUnknown(Schema.Array(MigrationRow))),
         Effect.map((rows) => rows[0]?.migration_id ?? 0),
@@ -140,7 +146,7 @@ const awaitNoOlderReplicas = (entry: MigrationEntry, version: number) =>
     const limit = yield* migrationWait
     const liveness = yield* replicaLivenessSeconds
     const olderReplicas: Effect.Effect<ReadonlyArray<string>, SqlError> = Effect.gen(function*() {
-      const registry = (yield* sql`SELECT to_regclass('replicas') IS NOT NULL AS present`)[0]?.["present"] === true
+      const registry = yield* tableExists(sql, "replicas")
       // Sessions of a release from before the replica table, one line per client host, naming the
       // replicas its lock sessions carry (every replica on PostgreSQL keeps one).
       const unregistered = sql`
