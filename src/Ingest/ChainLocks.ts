@@ -21,6 +21,7 @@
  *   been idle for takeover / 2.
  */
 import { Reactivity } from "@effect/experimental"
+import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
 import { Config, Duration, Effect, FiberMap, Option, Schema } from "effect"
@@ -70,6 +71,41 @@ const Acquired = Schema.Array(Schema.Tuple(Schema.Number, Schema.Boolean))
 const decodeAcquired = Schema.decodeUnknown(Acquired)
 
 export type LockMode = "advisory" | "single"
+
+const HolderRow = Schema.Struct({ key: Schema.Number, application_name: Schema.String })
+const decodeHolders = Schema.decodeUnknown(Schema.Array(HolderRow))
+
+/**
+ * chain → replica id of the holder of its ingester lock, for `chains`: from PostgreSQL's lock
+ * table (the lock connections name their replica), so any replica can answer; with `single`
+ * locks (embedded, one process) `replicaId` holds every chain.
+ */
+export const lockHolders = (
+  mode: LockMode,
+  chains: ReadonlyArray<ChainName>,
+  replicaId: string
+): Effect.Effect<ReadonlyMap<ChainName, string>, SqlError.SqlError, SqlClient.SqlClient> => {
+  if (mode === "single") return Effect.succeed(new Map(chains.map((chain) => [chain, replicaId] as const)))
+  const chainByKey = new Map(chains.map((chain) => [chainLockKey(chain), chain] as const))
+  return Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql`SELECT l.objid::int8::int4 AS key, a.application_name
+        FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+        WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+          AND l.classid = ${LOCK_NAMESPACE}::int8::oid
+          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`).pipe(
+    Effect.flatMap((rows) => Effect.orDie(decodeHolders(rows))),
+    Effect.map((found) => {
+      const holders = new Map<ChainName, string>()
+      for (const row of found) {
+        const chain = chainByKey.get(row.key)
+        if (chain !== undefined && row.application_name.startsWith(LOCK_APPLICATION_PREFIX)) {
+          holders.set(chain, row.application_name.slice(LOCK_APPLICATION_PREFIX.length))
+        }
+      }
+      return holders
+    })
+  )
+}
 
 export class ChainLocks extends Effect.Service<ChainLocks>()("confirmd/ChainLocks", {
   effect: Effect.gen(function*() {

@@ -19,6 +19,19 @@ export interface Tip {
 const TipRow = Schema.Struct({ number: Schema.BigInt, hash: Schema.NullOr(Schema.String) })
 const decodeTips = Schema.decodeUnknown(Schema.Array(TipRow))
 const decodeRefs = Schema.decodeUnknown(Schema.Array(BlockRef))
+const PublishedRow = Schema.Struct({
+  chain: Schema.String,
+  number: Schema.BigInt,
+  updated_at: Schema.Union(Schema.DateFromSelf, Schema.Date)
+})
+const decodePublished = Schema.decodeUnknown(Schema.Array(PublishedRow))
+
+/** A chain's cursor as operators see it: the newest published block, and when it moved. */
+export interface Published {
+  readonly chain: string
+  readonly number: bigint
+  readonly updatedAt: Date
+}
 
 export class IngestCursors extends Effect.Service<IngestCursors>()("confirmd/IngestCursors", {
   effect: Effect.gen(function*() {
@@ -68,6 +81,13 @@ export class IngestCursors extends Effect.Service<IngestCursors>()("confirmd/Ing
       sql`INSERT INTO ingest_cursors (chain, number, hash) VALUES (${chain}, ${String(to.number)}, ${to.hash})
           ON CONFLICT (chain) DO UPDATE SET number = excluded.number, hash = excluded.hash, updated_at = clock_timestamp()`
 
-    return { tip, headers, advance, rewind }
+    /** Every chain's cursor (for operators; any replica can answer). */
+    const published: Effect.Effect<ReadonlyArray<Published>, SqlError.SqlError> =
+      sql`SELECT chain, number::text AS number, updated_at FROM ingest_cursors`.pipe(
+        Effect.flatMap((rows) => Effect.orDie(decodePublished(rows))),
+        Effect.map((rows) => rows.map((row) => ({ chain: row.chain, number: row.number, updatedAt: row.updated_at })))
+      )
+
+    return { tip, headers, advance, rewind, published }
   })
 }) {}

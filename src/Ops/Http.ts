@@ -17,7 +17,8 @@ import { HttpApiBuilder, HttpMiddleware, HttpServerRequest, HttpServerResponse }
 import { Clock, Config, Effect, Exit, Layer, Metric, Option, Redacted } from "effect"
 import { createHash, timingSafeEqual } from "node:crypto"
 import { fromSnapshot, httpRequestDuration, httpRequests, render, snapshotFamilies } from "./Metrics.ts"
-import { OpsStatus, toJson } from "./Status.ts"
+import { OpsStatus } from "./Status.ts"
+import { toJson } from "./StatusJson.ts"
 
 /** The route template the router matched (it records it on the request's server span). */
 const matchedRoute = Effect.map(

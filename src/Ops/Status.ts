@@ -1,14 +1,16 @@
 /**
  * The operator's view of the running pipeline, read on demand: this replica's ingesters, who
- * holds each chain (from PostgreSQL's lock table, so any replica can answer), cursors, the
- * matcher's consumer-group lag per partition, open watches and the outbox backlog. Served as
- * JSON on /ops/status and as gauges on /metrics (Ops/Http.ts).
+ * holds each chain (any replica can answer), cursors, the matcher's consumer-group lag per
+ * partition, open watches and the outbox backlog. Served as JSON on /ops/status
+ * (./StatusJson.ts) and as gauges on /metrics (./Http.ts).
  *
+ * A composition of owners' figures: each is asked of the module that owns its table (the chain
+ * locks, the ingest and matcher cursors, the watches, the outbox); none is read here.
  * Every source is read with a time limit and on its own: one that fails or is slow is
  * reported in `errors` and the rest is still shown.
  */
 import { SqlClient } from "@effect/sql"
-import { Cause, Config, DateTime, Duration, Effect, Option, Schema } from "effect"
+import { Cause, Config, DateTime, Duration, Effect, Option } from "effect"
 import { type BlockReading, ChainClients } from "../Chains/ChainClients.ts"
 import type { ChainName } from "../Domain/Chain.ts"
 import { EventLog, type PartitionLag } from "../EventLog/EventLog.ts"
@@ -17,7 +19,11 @@ import { type IngesterState, IngesterRegistry } from "../Ingest/IngesterRegistry
 import type { HeadSource } from "../Ingest/NewHeads.ts"
 import { MatcherGroupId } from "../Matcher/Consumer.ts"
 import { Matcher, type MatcherStatus } from "../Matcher/Matcher.ts"
-import { chainLockKey, LOCK_APPLICATION_PREFIX, LOCK_NAMESPACE, type LockMode, lockSettingsConfig } from "../Ingest/ChainLocks.ts"
+import { MatcherCursors } from "../Matcher/Cursors.ts"
+import { type LockMode, lockHolders, lockSettingsConfig } from "../Ingest/ChainLocks.ts"
+import { IngestCursors } from "../Ingest/Cursor.ts"
+import { type Backlog, Outbox } from "../Outbox/Outbox.ts"
+import { type OpenCount, WatchFigures } from "../Watches/Figures.ts"
 import { type LiveReplica, Replicas, type SchemaStatus } from "../Database/Replicas.ts"
 import { ReplicaIdentity } from "../Supervision/ReplicaIdentity.ts"
 import { type FiberStatus, isFailing, Supervisor } from "../Supervision/Supervisor.ts"
@@ -78,13 +84,8 @@ export interface Snapshot {
   readonly consumerLag: ReadonlyArray<ConsumerLag>
   /** The matcher's figures on this replica since it started, per chain (when it runs here). */
   readonly matcher: ReadonlyArray<MatcherStatus>
-  readonly openWatches: ReadonlyArray<{ readonly chain: string; readonly kind: string; readonly count: number }>
-  readonly outbox: {
-    readonly confirmationsUnpublished: number
-    readonly confirmationsOldestSeconds: number | null
-    readonly webhooksPending: number
-    readonly webhooksOldestSeconds: number | null
-  } | null
+  readonly openWatches: ReadonlyArray<OpenCount>
+  readonly outbox: Backlog | null
   readonly webhookDeliveries: ReadonlyArray<{ readonly status: string; readonly attempts: number; readonly count: number }>
   /**
    * What is wrong now: fibers failing (`fiber <name>: <error>`), chains not ingested
@@ -93,35 +94,23 @@ export interface Snapshot {
   readonly errors: ReadonlyArray<string>
 }
 
-const CursorRow = Schema.Struct({
-  chain: Schema.String,
-  number: Schema.BigInt,
-  updated_at: Schema.Union(Schema.DateFromSelf, Schema.Date)
-})
-const MatcherRow = Schema.Struct({ chain: Schema.String, number: Schema.BigInt })
-const HolderRow = Schema.Struct({ key: Schema.Number, application_name: Schema.String })
-const WatchRow = Schema.Struct({ chain: Schema.String, kind: Schema.String, count: Schema.Number })
-const OutboxRow = Schema.Struct({
-  events: Schema.Number,
-  events_age: Schema.NullOr(Schema.Number),
-  webhooks: Schema.Number,
-  webhooks_age: Schema.NullOr(Schema.Number)
-})
-const DeliveryRow = Schema.Struct({ status: Schema.String, attempts: Schema.Number, count: Schema.Number })
-
 const describe = (error: unknown): string =>
   typeof error === "object" && error !== null && "message" in error && typeof error.message === "string"
     ? error.message
     : String(error)
 
 export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus", {
-  dependencies: [ReplicaIdentity.Default],
+  dependencies: [ReplicaIdentity.Default, IngestCursors.Default, MatcherCursors.Default, WatchFigures.Default],
   effect: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
     const eventLog = yield* EventLog
     const registry = yield* IngesterRegistry
     const replica = yield* ReplicaIdentity
     const supervisor = yield* Supervisor
+    const ingestCursors = yield* IngestCursors
+    const matcherCursors = yield* MatcherCursors
+    const watches = yield* WatchFigures
+    const outbox = yield* Outbox
+    const sql = yield* SqlClient.SqlClient
     const { enabledChains } = yield* ChainClients
     // Optional: a replica without the matcher still reports everything else.
     const matcherService = yield* Effect.serviceOption(Matcher)
@@ -136,7 +125,6 @@ export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus",
       chainLocks: distributed ? "advisory" : "single",
       takeoverSeconds: Duration.toSeconds(lockSettings.takeover)
     }
-    const chainByKey = new Map(enabledChains.map((chain) => [chainLockKey(chain), chain] as const))
 
     /** Runs one source; a failure or timeout gives `fallback` and an entry in `errors`. */
     const read = <A, E, R>(
@@ -155,29 +143,10 @@ export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus",
         )
       )
 
-    const rows = <A, I>(schema: Schema.Schema<A, I>, query: Effect.Effect<ReadonlyArray<unknown>, unknown>) =>
-      Effect.flatMap(query, Schema.decodeUnknown(Schema.Array(schema)))
-
-    /** chain → replica id of its lock holder. */
-    const holders: Effect.Effect<ReadonlyMap<ChainName, string>, unknown> = distributed
-      ? rows(
-        HolderRow,
-        sql`SELECT l.objid::int8::int4 AS key, a.application_name
-            FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-            WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
-              AND l.classid = ${LOCK_NAMESPACE}::int8::oid
-              AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`
-      ).pipe(Effect.map((found) => {
-        const map = new Map<ChainName, string>()
-        for (const row of found) {
-          const chain = chainByKey.get(row.key)
-          if (chain !== undefined && row.application_name.startsWith(LOCK_APPLICATION_PREFIX)) {
-            map.set(chain, row.application_name.slice(LOCK_APPLICATION_PREFIX.length))
-          }
-        }
-        return map
-      }))
-      : Effect.succeed(new Map(enabledChains.map((chain) => [chain, replica.id] as const)))
+    /** chain → replica id of its lock holder, asked of the lock owner. */
+    const holders = lockHolders(mode.chainLocks, enabledChains, replica.id).pipe(
+      Effect.provideService(SqlClient.SqlClient, sql)
+    )
 
     const consumerLag = Effect.forEach(enabledChains, (chain) => {
       const topic = blocksTopic(eventLog, chain)
@@ -197,7 +166,7 @@ export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus",
       for (const fiber of fibers) {
         if (fiber.failing) errors.push(`fiber ${fiber.name}: ${fiber.lastError ?? "failing"}`)
       }
-      const [schema, liveReplicas, statuses, holderMap, cursors, matcher, lag, watches, outbox, deliveries] = yield* Effect.all([
+      const [schema, liveReplicas, statuses, holderMap, cursors, matcher, lag, openWatches, backlog, deliveries] = yield* Effect.all([
         Option.match(replicasService, {
           onNone: () => Effect.succeed(null),
           onSome: (replicas) => read(errors, "schema", replicas.schema, null)
@@ -208,42 +177,12 @@ export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus",
         }),
         registry.statuses,
         read(errors, "chain locks", holders, new Map<ChainName, string>()),
-        read(
-          errors,
-          "ingest cursors",
-          rows(CursorRow, sql`SELECT chain, number::text AS number, updated_at FROM ingest_cursors`),
-          []
-        ),
-        read(errors, "matcher cursors", rows(MatcherRow, sql`SELECT chain, number::text AS number FROM matcher_cursors`), []),
+        read(errors, "ingest cursors", ingestCursors.published, []),
+        read(errors, "matcher cursors", matcherCursors.all, []),
         read(errors, "consumer lag", consumerLag, []),
-        read(
-          errors,
-          "watches",
-          rows(WatchRow, sql`SELECT chain, kind, count(*)::int AS count FROM watches WHERE open GROUP BY chain, kind ORDER BY chain, kind`),
-          []
-        ),
-        read(
-          errors,
-          "outbox",
-          rows(
-            OutboxRow,
-            sql`SELECT
-                  (SELECT count(*)::int FROM outbox_events WHERE published_at IS NULL) AS events,
-                  (SELECT extract(epoch FROM clock_timestamp() - min(created_at))::float8 FROM outbox_events WHERE published_at IS NULL) AS events_age,
-                  (SELECT count(*)::int FROM webhook_deliveries WHERE status = 'pending') AS webhooks,
-                  (SELECT extract(epoch FROM clock_timestamp() - min(created_at))::float8 FROM webhook_deliveries WHERE status = 'pending') AS webhooks_age`
-          ).pipe(Effect.map((found) => found[0] ?? null)),
-          null
-        ),
-        read(
-          errors,
-          "webhook deliveries",
-          rows(
-            DeliveryRow,
-            sql`SELECT status, attempts, count(*)::int AS count FROM webhook_deliveries GROUP BY status, attempts ORDER BY status, attempts`
-          ),
-          []
-        )
+        read(errors, "watches", watches.open, []),
+        read(errors, "outbox", outbox.backlog, null),
+        read(errors, "webhook deliveries", outbox.deliveryCounts, [])
       ], { concurrency: "unbounded" })
 
       if (schema !== null && Option.isSome(schema.standDown)) errors.unshift(`replica: ${schema.standDown.value.reason}`)
@@ -270,7 +209,7 @@ export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus",
           state: running ? status.state : "standby",
           head,
           lastPublished,
-          cursorUpdatedAt: cursor?.updated_at ?? null,
+          cursorUpdatedAt: cursor?.updatedAt ?? null,
           headLagBlocks: head !== null && lastPublished !== null ? (head > lastPublished ? head - lastPublished : 0n) : null,
           headLagSeconds: polling
             ? status.behindSince === null ? 0 : Duration.toSeconds(DateTime.distanceDuration(status.behindSince, now))
@@ -295,15 +234,8 @@ export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus",
         fibers,
         consumerLag: lag,
         matcher: matcherStatuses,
-        openWatches: watches,
-        outbox: outbox === null
-          ? null
-          : {
-            confirmationsUnpublished: outbox.events,
-            confirmationsOldestSeconds: outbox.events_age,
-            webhooksPending: outbox.webhooks,
-            webhooksOldestSeconds: outbox.webhooks_age
-          },
+        openWatches,
+        outbox: backlog,
         webhookDeliveries: deliveries,
         errors
       }
@@ -312,112 +244,3 @@ export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus",
     return { collect } as const
   })
 }) {}
-
-const text = (n: bigint | null) => (n === null ? null : n.toString())
-
-/** /ops/status body; block numbers and offsets as decimal strings. */
-export const toJson = (snapshot: Snapshot) => {
-  const byHolder = new Map<string, Array<ChainName>>()
-  for (const chain of snapshot.chains) {
-    if (chain.holder !== null) byHolder.set(chain.holder, [...(byHolder.get(chain.holder) ?? []), chain.chain])
-  }
-  return {
-    time: DateTime.formatIso(snapshot.time),
-    replica: {
-      id: snapshot.replica.id,
-      hostname: snapshot.replica.hostname,
-      pid: snapshot.replica.pid,
-      version: snapshot.replica.version,
-      started_at: DateTime.formatIso(snapshot.replica.startedAt),
-      uptime_seconds: Math.round(DateTime.distance(snapshot.replica.startedAt, snapshot.time) / 1000)
-    },
-    mode: {
-      database: snapshot.mode.database,
-      event_log: snapshot.mode.eventLog,
-      chain_locks: snapshot.mode.chainLocks,
-      takeover_seconds: snapshot.mode.takeoverSeconds
-    },
-    schema: snapshot.schema === null
-      ? null
-      : {
-        schema_version: snapshot.schema.schemaVersion,
-        code_schema_version: snapshot.schema.codeSchemaVersion,
-        required_code_version: snapshot.schema.requiredCodeVersion,
-        state: Option.isSome(snapshot.schema.standDown) ? "stood-down" : "current",
-        stood_down: Option.getOrNull(Option.map(snapshot.schema.standDown, (s) => s.reason))
-      },
-    replicas: snapshot.replicas.map((r) => ({
-      id: r.id,
-      version: r.version,
-      schema_version: r.schema_version,
-      hostname: r.hostname,
-      pid: r.pid,
-      started_at: DateTime.formatIso(r.started_at),
-      heartbeat_at: DateTime.formatIso(r.heartbeat_at),
-      stood_down: r.stood_down
-    })),
-    chains: snapshot.chains.map((chain) => ({
-      chain: chain.chain,
-      holder: chain.holder,
-      held_here: chain.heldHere,
-      state: chain.state,
-      head: text(chain.head),
-      last_published: text(chain.lastPublished),
-      cursor_updated_at: chain.cursorUpdatedAt?.toISOString() ?? null,
-      head_lag_blocks: text(chain.headLagBlocks),
-      head_lag_seconds: chain.headLagSeconds,
-      last_block_time: chain.lastBlockTime === null ? null : new Date(chain.lastBlockTime * 1000).toISOString(),
-      matcher_block: text(chain.matcherBlock),
-      restarts: chain.restarts,
-      reorgs: chain.reorgs,
-      reading: chain.reading,
-      head_source: chain.headSource,
-      last_error: chain.lastError
-    })),
-    fibers: snapshot.fibers.map((fiber) => ({
-      name: fiber.name,
-      kind: fiber.kind,
-      state: fiber.state,
-      failing: fiber.failing,
-      running_since: DateTime.formatIso(fiber.runningSince),
-      last_progress_at: fiber.lastProgressAt === null ? null : DateTime.formatIso(fiber.lastProgressAt),
-      last_error: fiber.lastError,
-      last_incident_at: fiber.lastIncidentAt === null ? null : DateTime.formatIso(fiber.lastIncidentAt),
-      restarts: fiber.restarts
-    })),
-    holders: [...byHolder].map(([replica, chains]) => ({ replica, chains })),
-    consumer_lag: snapshot.consumerLag.map((p) => ({
-      group: p.group,
-      topic: p.topic,
-      partition: p.partition,
-      committed: text(p.committed),
-      high: p.high.toString(),
-      lag: p.lag.toString()
-    })),
-    matcher: snapshot.matcher.map((m) => ({
-      chain: m.chain,
-      state: m.state,
-      cursor: text(m.cursor?.number ?? null),
-      blocks_applied: m.blocks,
-      transfers_applied: m.transfers,
-      redeliveries_skipped: m.skipped,
-      detections: m.detections,
-      payments_paid: m.paymentsPaid,
-      reorgs: m.reorgs,
-      payments_reorged: m.paymentsReorged,
-      failures: m.failures,
-      last_error: m.lastError
-    })),
-    open_watches: snapshot.openWatches,
-    outbox: snapshot.outbox === null
-      ? null
-      : {
-        confirmations_unpublished: snapshot.outbox.confirmationsUnpublished,
-        confirmations_oldest_seconds: snapshot.outbox.confirmationsOldestSeconds,
-        webhooks_pending: snapshot.outbox.webhooksPending,
-        webhooks_oldest_seconds: snapshot.outbox.webhooksOldestSeconds
-      },
-    webhook_deliveries: snapshot.webhookDeliveries,
-    errors: snapshot.errors
-  }
-}

@@ -3,10 +3,12 @@
  * their watches, so a late transfer no longer matches. Reads already show EXPIRED before this
  * runs (see `effectiveStatus`); the sweeper makes it durable and frees the amounts. Expiry is
  * judged by block time, as the matcher does: a watch is only closed once its chain's matcher
- * has passed the expiry (a chain nobody matches has no cursor and closes by the clock).
+ * has passed the expiry (a chain nobody matches has no cursor and closes by the clock); the
+ * matcher's cursors are asked of the matcher (`MatcherCursors`), not read from its table.
  */
 import { SqlClient } from "@effect/sql"
 import { Config, Duration, Effect, Layer, Schedule, Schema } from "effect"
+import { MatcherCursors } from "../Matcher/Cursors.ts"
 import { Supervisor } from "../Supervision/Supervisor.ts"
 
 /** How many of each kind a sweep expired (a count as text, as PostgreSQL gives it). */
@@ -17,38 +19,43 @@ const SweptRows = Schema.Array(Schema.Struct({
 
 export const sweepExpired = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
-  const rows = yield* sql`
-    WITH closed AS (
-      UPDATE watches w SET open = false
-      WHERE open AND expires_at <= now()
-        AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = w.id AND p.tx_hash IS NOT NULL)
-        -- A transfer mined before expiry still pays: wait until the matcher has applied a
-        -- block of that chain from after the expiry.
-        AND NOT EXISTS (
-          SELECT 1 FROM matcher_cursors c
-          WHERE c.chain = w.chain AND (c.block_time IS NULL OR c.block_time < w.expires_at)
-        )
-      RETURNING id, kind
-    ),
-    payments_expired AS (
-      UPDATE payments SET status = 'EXPIRED'
-      WHERE id IN (SELECT id FROM closed WHERE kind = 'payment') AND status = 'PENDING' AND tx_hash IS NULL
-      RETURNING id
-    ),
-    intents_expired AS (
-      UPDATE signup_intents SET status = 'EXPIRED'
-      WHERE id IN (SELECT id FROM closed WHERE kind = 'intent') AND status = 'PENDING'
-      RETURNING id
-    ),
-    challenges_expired AS (
-      UPDATE challenges SET status = 'EXPIRED'
-      WHERE id IN (SELECT id FROM closed WHERE kind = 'challenge') AND status = 'PENDING'
-      RETURNING id
-    )
-    SELECT 'payment' AS kind, count(*)::text AS expired FROM payments_expired
-    UNION ALL SELECT 'intent', count(*)::text FROM intents_expired
-    UNION ALL SELECT 'challenge', count(*)::text FROM challenges_expired`.pipe(sql.withTransaction)
-  return yield* Schema.decodeUnknown(SweptRows)(rows).pipe(Effect.orDie)
+  const matcher = yield* MatcherCursors
+  return yield* Effect.gen(function*() {
+    const cursors = yield* matcher.all
+    const rows = yield* sql`
+      WITH closed AS (
+        UPDATE watches w SET open = false
+        WHERE open AND expires_at <= now()
+          AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = w.id AND p.tx_hash IS NOT NULL)
+          -- A transfer mined before expiry still pays: wait until the matcher has applied a
+          -- block of that chain from after the expiry.
+          AND NOT EXISTS (
+            SELECT 1 FROM unnest(${cursors.map((c) => c.chain)}::text[], ${cursors.map((c) => c.blockTime)}::timestamptz[])
+              AS c (chain, block_time)
+            WHERE c.chain = w.chain AND (c.block_time IS NULL OR c.block_time < w.expires_at)
+          )
+        RETURNING id, kind
+      ),
+      payments_expired AS (
+        UPDATE payments SET status = 'EXPIRED'
+        WHERE id IN (SELECT id FROM closed WHERE kind = 'payment') AND status = 'PENDING' AND tx_hash IS NULL
+        RETURNING id
+      ),
+      intents_expired AS (
+        UPDATE signup_intents SET status = 'EXPIRED'
+        WHERE id IN (SELECT id FROM closed WHERE kind = 'intent') AND status = 'PENDING'
+        RETURNING id
+      ),
+      challenges_expired AS (
+        UPDATE challenges SET status = 'EXPIRED'
+        WHERE id IN (SELECT id FROM closed WHERE kind = 'challenge') AND status = 'PENDING'
+        RETURNING id
+      )
+      SELECT 'payment' AS kind, count(*)::text AS expired FROM payments_expired
+      UNION ALL SELECT 'intent', count(*)::text FROM intents_expired
+      UNION ALL SELECT 'challenge', count(*)::text FROM challenges_expired`
+    return yield* Schema.decodeUnknown(SweptRows)(rows).pipe(Effect.orDie)
+  }).pipe(sql.withTransaction)
 })
 
 /**
@@ -70,4 +77,4 @@ export const ExpirySweeperLive = Layer.scopedDiscard(
       (progress) => Effect.repeat(Effect.zipRight(sweep, progress), Schedule.spaced(Duration.seconds(every)))
     ))
   })
-)
+).pipe(Layer.provide(MatcherCursors.Default))

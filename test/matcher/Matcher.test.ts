@@ -4,6 +4,7 @@ import { eventually, subscribe } from "../support/TestApp.ts"
 import { SqlClient } from "@effect/sql"
 import { blockRecords } from "../../src/Ingest/BlockMessage.ts"
 import { sweepExpired } from "../../src/Watches/ExpirySweeper.ts"
+import { MatcherCursors } from "../../src/Matcher/Cursors.ts"
 import { block, type Harness, hashOf, hook, logKinds, makeHarness, reorg, txHash } from "./harness.ts"
 
 const MERCHANT = "0x1111111111111111111111111111111111111111"
@@ -273,7 +274,7 @@ for (const kind of logKinds) {
         yield* h.settled("ethereum")
         yield* h.sql`UPDATE payments SET expires_at = now() - interval '1 second' WHERE id = ${w.id}`.pipe(Effect.orDie)
         yield* h.sql`UPDATE watches SET expires_at = now() - interval '1 second' WHERE id = ${w.id}`.pipe(Effect.orDie)
-        yield* sweepExpired.pipe(Effect.provideService(SqlClient.SqlClient, h.sql), Effect.orDie)
+        yield* sweepExpired.pipe(Effect.provide(MatcherCursors.Default), Effect.provideService(SqlClient.SqlClient, h.sql), Effect.orDie)
         expect(yield* status(h, w)).toMatchObject({ status: "PENDING", confirmations: 1 })
         yield* h.publish(block("ethereum", n + 1n, []))
         yield* h.settled("ethereum")
