@@ -18,6 +18,7 @@ import {
 import { AccountId, newUuid } from "../Domain/Ids.ts"
 import { WebhookSecrets } from "../Webhooks/WebhookSecrets.ts"
 import { BILLING_PERIOD_DAYS, type Plan, PlanName, plans, StarterMinDonationUsd } from "./Plans.ts"
+import { traced } from "../Tracing/Methods.ts"
 
 const API_KEY = /^[0-9a-f]{64}$/
 
@@ -211,6 +212,6 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
         VALUES (${accountId}, ${plan}, 'active', now(), now() + make_interval(days => ${BILLING_PERIOD_DAYS}))
         ON CONFLICT (account_id) DO UPDATE SET plan = EXCLUDED.plan, status = 'active', updated_at = now()`
 
-    return { authenticate, create, rotateApiKey, find, subscription, requireUsable, takeEvent, refusal, subscribe, plans: planTable, planOf } as const
+    return traced("Accounts", { authenticate, create, rotateApiKey, find, subscription, requireUsable, takeEvent, refusal, subscribe, plans: planTable, planOf } as const)
   })
 }) {}

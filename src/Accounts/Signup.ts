@@ -15,6 +15,7 @@ import { native, Watches } from "../Watches/Watches.ts"
 import { Accounts } from "./Accounts.ts"
 import { DonationIntentOut, DonationSignupOut, IntentStatusOut, type SignupIn, SignupOut } from "./Api.ts"
 import { isPlanName, paidPlans } from "./Plans.ts"
+import { traced } from "../Tracing/Methods.ts"
 
 const IntentRow = Schema.Struct({
   id: IntentId,
@@ -164,6 +165,6 @@ export class Signup extends Effect.Service<Signup>()("confirmd/Signup", {
         Effect.map((rows) => rows[0] ? intentOut(rows[0]) : null)
       )
 
-    return { signup, status, pendingDonation } as const
+    return traced("Signup", { signup, status, pendingDonation } as const)
   })
 }) {}

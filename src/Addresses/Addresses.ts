@@ -6,6 +6,7 @@ import { badRequest } from "../Domain/ApiErrors.ts"
 import { type ChainName, chainNames } from "../Domain/Chain.ts"
 import { AddressNotFound, UnsupportedChain } from "../Domain/Errors.ts"
 import type { AccountId } from "../Domain/Ids.ts"
+import { traced } from "../Tracing/Methods.ts"
 
 export const AddressRow = Schema.Struct({ chain: Schema.String, address: Schema.String })
 export type AddressRow = typeof AddressRow.Type
@@ -81,6 +82,6 @@ export class Addresses extends Effect.Service<Addresses>()("confirmd/Addresses",
         WHERE account_id = ${accountId} AND chain = ${chain} AND address = ${address} AND ${when}
         RETURNING address`
 
-    return { canonical, add, list, remove, leastUsed, countAllocation } as const
+    return traced("Addresses", { canonical, add, list, remove, leastUsed, countAllocation } as const)
   })
 }) {}

@@ -12,6 +12,7 @@ import { native, Watches } from "../Watches/Watches.ts"
 import { WebhookSecrets } from "../Webhooks/WebhookSecrets.ts"
 import { checkCallbackUrl } from "../Webhooks/CallbackUrl.ts"
 import { type ChallengeIn, ChallengeOut, ChallengeStatusOut } from "./Api.ts"
+import { traced } from "../Tracing/Methods.ts"
 
 const ChallengeRow = Schema.Struct({
   id: ChallengeId,
@@ -139,6 +140,6 @@ export class Challenges extends Effect.Service<Challenges>()("confirmd/Challenge
         expiresAt: row.expires_at
       })))
 
-    return { create, get, forPayer } as const
+    return traced("Challenges", { create, get, forPayer } as const)
   })
 }) {}

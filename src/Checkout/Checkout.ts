@@ -7,6 +7,7 @@ import { Effect, Option } from "effect"
 import { Challenges } from "../Challenges/Challenges.ts"
 import { Payments } from "../Payments/Payments.ts"
 import { coinOf, type PaymentTarget } from "./WalletUri.ts"
+import { traced } from "../Tracing/Methods.ts"
 
 /**
  * waiting: nothing seen yet; underpaid: less than the amount arrived, the remainder is due;
@@ -88,7 +89,7 @@ export class Checkout extends Effect.Service<Checkout>()("confirmd/Checkout", {
         expiresAt: c.expiresAt
       })))
 
-    return { payment, challenge } as const
+    return traced("Checkout", { payment, challenge } as const)
   })
 }) {}
 

@@ -11,6 +11,7 @@
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
 import { Outbox } from "./Outbox.ts"
+import { traced } from "../Tracing/Methods.ts"
 
 export interface DeliveryAttempt {
   readonly startedAt: Date
@@ -91,6 +92,6 @@ export class DeliveryLog extends Effect.Service<DeliveryLog>()("confirmd/Deliver
     const redeliver = (eventId: string) =>
       outbox.requeue(eventId).pipe(Effect.zipRight(outbox.committed), Effect.zipRight(find(eventId)))
 
-    return { find, redeliver } as const
+    return traced("DeliveryLog", { find, redeliver } as const)
   })
 }) {}

@@ -19,6 +19,7 @@ import { checkCallbackUrl } from "../Webhooks/CallbackUrl.ts"
 import { type Delivery, DeliveryLog } from "../Outbox/DeliveryLog.ts"
 import { eventId } from "../Outbox/Payloads.ts"
 import { CreatePaymentOut, DeliveryAttemptOut, DeliveryOut, PaymentStatus } from "./Api.ts"
+import { traced } from "../Tracing/Methods.ts"
 
 const PaymentRow = Schema.Struct({
   id: PaymentId,
@@ -308,6 +309,6 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
             : Option.none())
       })
 
-    return { create, list, get, deliveries, redeliver, forPayer } as const
+    return traced("Payments", { create, list, get, deliveries, redeliver, forPayer } as const)
   })
 }) {}

@@ -29,6 +29,7 @@ import {
 import { Symbol as TokenSymbol } from "../Domain/Chain.ts"
 import { hostOf, rootMessage } from "../Domain/Host.ts"
 import { decimalFromNumber, formatDecimal, parseDecimal } from "../Domain/Money.ts"
+import { traced } from "../Tracing/Methods.ts"
 
 /** Failed requests to a price source (tag `source`). */
 export const priceSourceErrors = Metric.counter("confirmd_price_source_errors_total", {
@@ -344,7 +345,7 @@ export class PriceOracle extends Effect.Service<PriceOracle>()("confirmd/PriceOr
       }
     )
 
-    return { usdPrice } as const
+    return traced("PriceOracle", { usdPrice } as const)
   }),
   dependencies: [FetchHttpClient.layer]
 }) {}

@@ -7,6 +7,7 @@ import { tokenDecimals } from "../Domain/Asset.ts"
 import { chains } from "../Domain/Chain.ts"
 import { formatSmallest } from "../Domain/Money.ts"
 import { type LoggedTransfer, TransferLog, type TransferLogQuery } from "../Matcher/TransferLog.ts"
+import { traced } from "../Tracing/Methods.ts"
 
 export type TransferQuery = TransferLogQuery
 
@@ -28,7 +29,7 @@ export class Transfers extends Effect.Service<Transfers>()("confirmd/Transfers",
         more: page.more
       }))
 
-    return { list } as const
+    return traced("Transfers", { list } as const)
   }),
   dependencies: [TransferLog.Default]
 }) {}

@@ -29,6 +29,7 @@ import { ChainClients } from "../Chains/ChainClients.ts"
 import { IngesterRegistry } from "../Ingest/IngesterRegistry.ts"
 import { PriceOracle, type PriceUnavailable } from "../Price/PriceOracle.ts"
 import { newUuid } from "../Domain/Ids.ts"
+import { traced } from "../Tracing/Methods.ts"
 
 export type WatchKind = "payment" | "intent" | "challenge"
 
@@ -212,6 +213,6 @@ export class Watches extends Effect.Service<Watches>()("confirmd/Watches", {
           }).pipe(sql.withTransaction)
       })
 
-    return { quote, open, create } as const
+    return traced("Watches", { quote, open, create } as const)
   })
 }) {}
