@@ -102,6 +102,17 @@ describe("tracing", () => {
         const post = trace.find((span) => span.parentSpanId === attempt.spanId && span.name.startsWith("http.client"))
         expect(post).toBeDefined()
         expect(String(call!.headers.traceparent).split("-")[1]).toBe(attempt.traceId)
+
+        // A service method is a span in the trace of the request that called it.
+        const create = spans.find((span) => span.name === "Payments.create")
+        expect(create).toBeDefined()
+        let root = create!
+        for (let parent = spans.find((span) => span.spanId === root.parentSpanId); parent !== undefined;) {
+          root = parent
+          parent = spans.find((span) => span.spanId === root.parentSpanId)
+        }
+        expect(root.traceId).toBe(create!.traceId)
+        expect(root.name).toBe("http.server POST")
       }), 120_000)
   }
 })
