@@ -3,10 +3,13 @@
  * `DONATION_ADDRESS_BITCOIN`, `DONATION_ADDRESS_ETHEREUM` and `DONATION_ADDRESS_BINANCE`.
  * A chain without an address is not offered.
  */
-import { Config, ConfigError, Effect, Either, Option } from "effect"
+import { Config, ConfigError, Effect, Either, Option, Schema } from "effect"
 import { bitcoinParamsConfig, canonicalAddress } from "../Domain/Address.ts"
-import { chainOfDonationChain, type DonationChainName, donationChainNames } from "../Domain/Chain.ts"
-import { badRequest } from "../Domain/ApiErrors.ts"
+import { chainOfDonationChain, DonationChainName, donationChainNames } from "../Domain/Chain.ts"
+import { DonationChainNotOffered, UnsupportedDonationChain } from "../Domain/Errors.ts"
+import { traced } from "../Tracing/Methods.ts"
+
+const isDonationChainName = Schema.is(DonationChainName)
 
 export interface DonationTarget {
   readonly chain: DonationChainName
@@ -27,17 +30,17 @@ export class DonationAddresses extends Effect.Service<DonationAddresses>()("conf
       }
       targets.push({ chain, address: address.right })
     }
-    /** The target for a requested donation chain, or the 400 the caller gets. */
+    /** The target for a requested donation chain, or why there is none. */
     const resolve = (chain: string) =>
       Option.match(Option.fromNullable(targets.find((t) => t.chain === chain)), {
         onSome: Effect.succeed,
         onNone: () =>
           Effect.fail(
-            (donationChainNames as ReadonlyArray<string>).includes(chain)
-              ? badRequest(`Donations on '${chain}' are not available on this deployment`)
-              : badRequest(`Unsupported donation chain '${chain}'`, `Use one of: ${donationChainNames.join(", ")}`)
+            isDonationChainName(chain)
+              ? new DonationChainNotOffered({ chain })
+              : new UnsupportedDonationChain({ chain })
           )
       })
-    return { all: targets as ReadonlyArray<DonationTarget>, resolve } as const
+    return traced("DonationAddresses", { all: targets as ReadonlyArray<DonationTarget>, resolve } as const)
   })
 }) {}
