@@ -4,7 +4,7 @@
  * statuses and `{ error: { code, message, hint } }` envelope.
  */
 import { Schema } from "effect"
-import { ChainName } from "./Chain.ts"
+import { ChainName, DonationChainName } from "./Chain.ts"
 
 /** No payment of the caller with this id (path ids are plain strings: a malformed one is not found). */
 export class PaymentNotFound extends Schema.TaggedError<PaymentNotFound>()("PaymentNotFound", {
@@ -31,6 +31,16 @@ export class AddressNotRegistered extends Schema.TaggedError<AddressNotRegistere
 
 /** A chain name this service does not know. */
 export class UnsupportedChain extends Schema.TaggedError<UnsupportedChain>()("UnsupportedChain", {
+  chain: Schema.String
+}) {}
+
+/** A donation chain this deployment has no donation address for. */
+export class DonationChainNotOffered extends Schema.TaggedError<DonationChainNotOffered>()("DonationChainNotOffered", {
+  chain: DonationChainName
+}) {}
+
+/** A donation chain name this service does not know. */
+export class UnsupportedDonationChain extends Schema.TaggedError<UnsupportedDonationChain>()("UnsupportedDonationChain", {
   chain: Schema.String
 }) {}
 

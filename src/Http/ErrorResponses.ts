@@ -5,16 +5,18 @@
  */
 import { Effect } from "effect"
 import type { ChainUnavailable } from "../Chains/ChainClients.ts"
-import { chainNames } from "../Domain/Chain.ts"
+import { chainNames, donationChainNames } from "../Domain/Chain.ts"
 import { badRequest, type BadRequest, conflict, type Conflict, notFound, type NotFound, upstreamError, type UpstreamError } from "../Domain/ApiErrors.ts"
 import type {
   AddressNotFound,
   AddressNotRegistered,
   ChallengeNotFound,
+  DonationChainNotOffered,
   NoCallbackToSend,
   PaymentNotFound,
   SignupIntentNotFound,
-  UnsupportedChain
+  UnsupportedChain,
+  UnsupportedDonationChain
 } from "../Domain/Errors.ts"
 import type { PriceUnavailable } from "../Price/PriceOracle.ts"
 
@@ -31,6 +33,10 @@ const responses = {
     badRequest(`No addresses registered for chain '${e.chain}'`, "Register one with POST /addresses first"),
   UnsupportedChain: (e: UnsupportedChain): BadRequest =>
     badRequest(`Unsupported chain '${e.chain}'`, `Supported chains: ${chainNames.join(", ")}`),
+  DonationChainNotOffered: (e: DonationChainNotOffered): BadRequest =>
+    badRequest(`Donations on '${e.chain}' are not available on this deployment`),
+  UnsupportedDonationChain: (e: UnsupportedDonationChain): BadRequest =>
+    badRequest(`Unsupported donation chain '${e.chain}'`, `Use one of: ${donationChainNames.join(", ")}`),
   NoCallbackToSend: (e: NoCallbackToSend): Conflict =>
     conflict(
       `Payment '${e.paymentId}' has no callback to send: it is ${e.status}`,
