@@ -161,7 +161,7 @@ export const makeApply = Effect.gen(function*() {
       const occurredAt = new Date(yield* Clock.currentTimeMillis)
       const nothingToWrite = attribution.recorded.length === 0 && attribution.donations.length === 0
       const donations = nothingToWrite ? [] : yield* writeAttribution(sql, block, attribution, {
-        insertEvents: outbox.insertEvents,
+        insertAccountingRecords: outbox.insertAccountingRecords,
         occurredAt: occurredAt.toISOString()
       })
       const finalized = newerFinalized(cursor.finalized, block.finalized)

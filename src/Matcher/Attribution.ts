@@ -15,6 +15,7 @@
  * 6. else to none (unattributed).
  */
 import type { TransferMessage } from "../Ingest/BlockMessage.ts"
+import type { AccountingEvent } from "../Outbox/AccountingRecords.ts"
 
 export type Attribution = "exact" | "remainder" | "sole" | "late"
 export type PaymentStatus = "PENDING" | "PAID" | "EXPIRED"
@@ -201,4 +202,17 @@ export const attribute = (transfers: ReadonlyArray<BlockTransfer>, candidates: C
     })
   }
   return { recorded, payments, donations }
+}
+
+/**
+ * The record a recorded transfer gets: unattributed; paid late (its payment stays EXPIRED);
+ * underpaid (its payment's sum is still short after it); none (it completed or topped up past
+ * the amount: the payment's own state and `payment.paid` tell).
+ */
+export const accountingEventOf = (r: RecordedTransfer, result: AttributionResult): AccountingEvent | null => {
+  if (r.paymentId === null) return "transfer.unattributed"
+  const payment = result.payments.get(r.paymentId)
+  if (payment === undefined) return null
+  if (payment.status === "EXPIRED") return "payment.paid_late"
+  return r.receivedAfter < payment.candidate.amount ? "payment.underpaid" : null
 }

@@ -7,9 +7,9 @@
 import type { SqlClient, Statement } from "@effect/sql"
 import { Effect, Schema } from "effect"
 import { type ChainName, DonationChainName } from "../Domain/Chain.ts"
-import type { Attribution, AttributionResult } from "./Attribution.ts"
+import type { AccountingEvent, RecordsBlock } from "../Outbox/AccountingRecords.ts"
+import { accountingEventOf, type Attribution, type AttributionResult } from "./Attribution.ts"
 import type { BlockContext } from "./BlockRead.ts"
-import { type AccountingEvent, accountingEventOf, accountingRecords } from "./Records.ts"
 
 // int8 and numeric columns arrive as decimal strings.
 const DonationRow = Schema.Struct({
@@ -27,7 +27,7 @@ export type DonationRow = typeof DonationRow.Type
 const decodeDonations = Schema.decodeUnknown(Schema.Array(DonationRow))
 /** Where the accounting records of a block go: the outbox's insert, and when they were recorded. */
 export interface RecordsSink {
-  readonly insertEvents: (rows: Statement.Fragment) => Statement.Fragment
+  readonly insertAccountingRecords: (source: string, block: RecordsBlock, occurredAt: string) => Statement.Fragment
   /** ISO 8601 UTC. */
   readonly occurredAt: string
 }
@@ -80,7 +80,7 @@ export const writeAttribution = (
         SET orphaned_at = NULL, payment_id = excluded.payment_id, attribution = excluded.attribution
         WHERE transfers.orphaned_at IS NOT NULL
     ),
-    recorded_events AS (${records.insertEvents(accountingRecords(sql, "r", block, records.occurredAt))}),
+    recorded_events AS (${records.insertAccountingRecords("r", block, records.occurredAt)}),
     u AS (
       SELECT * FROM unnest(
         ${payments.map((p) => p.candidate.id)}::uuid[],

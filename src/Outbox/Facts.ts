@@ -3,8 +3,8 @@
  * messages need. How a fact is told (its webhook body, its confirmation-topic record, their
  * event ids) is decided here, from the contract in ./Payloads.ts; the matcher never builds a
  * body. The accounting records (`payment.underpaid`, `payment.paid_late`,
- * `transfer.unattributed`) are built by PostgreSQL next to the transfers they report and
- * inserted through `Outbox.insertEvents`.
+ * `transfer.unattributed`) are built by PostgreSQL next to the transfers they report
+ * (./AccountingRecords.ts), inserted through `Outbox.insertAccountingRecords`.
  */
 import { Data } from "effect"
 import { type Asset, assetDecimals } from "../Domain/Asset.ts"

@@ -10,6 +10,7 @@
 import { SqlClient, type Statement } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Effect, type ParseResult, Queue, Schema } from "effect"
+import { accountingRecords, type RecordsBlock } from "./AccountingRecords.ts"
 import { makeDeliveryStore } from "./DeliveryStore.ts"
 import { makeEventStore } from "./EventStore.ts"
 import { type Fact, rowsOf } from "./Facts.ts"
@@ -74,14 +75,14 @@ export class Outbox extends Effect.Service<Outbox>()("confirmd/Outbox", {
     }
 
     /**
-     * The confirmation events that `rows` selects (columns `id`, `key`, `type`, `payload` jsonb)
-     * inserted as `write` inserts them, as a data-modifying CTE of the caller's statement: for
-     * records built in SQL next to the rows they report, in the same round trip.
+     * The accounting records (`AccountingRecords.ts`) of the transfers in `source`, a relation of
+     * the caller's statement, inserted as `write` inserts events, as a data-modifying CTE of that
+     * statement: records built in SQL next to the rows they report, in the same round trip.
      */
-    const insertEvents = (rows: Statement.Fragment): Statement.Fragment =>
+    const insertAccountingRecords = (source: string, block: RecordsBlock, occurredAt: string): Statement.Fragment =>
       sql`
         INSERT INTO outbox_events (id, key, type, payload)
-        SELECT id, key, type, payload FROM (${rows}) AS e
+        SELECT id, key, type, payload FROM (${accountingRecords(sql, source, block, occurredAt)}) AS e
         ON CONFLICT (id) DO NOTHING`
 
     /**
@@ -121,7 +122,7 @@ export class Outbox extends Effect.Service<Outbox>()("confirmd/Outbox", {
     return {
       write,
       record,
-      insertEvents,
+      insertAccountingRecords,
       requeue,
       /** The dispatcher's statements: claim, renew a lease, hand back, record an attempt. */
       deliveries: makeDeliveryStore(sql),
