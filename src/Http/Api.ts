@@ -4,6 +4,7 @@ import { AddressesApi } from "../Addresses/Api.ts"
 import { ChallengesApi } from "../Challenges/Api.ts"
 import { AgentsApi } from "../Health/Api.ts"
 import {
+  BadRequestResponse,
   InternalErrorResponse,
   ServiceUnavailableResponse,
   NotFoundResponse,
@@ -119,6 +120,7 @@ export class ConfirmdApi extends HttpApi.make("confirmd")
   .add(TransfersApi)
   .add(AccountApi)
   .addError(ValidationErrorResponse)
+  .addError(BadRequestResponse)
   .addError(PayloadTooLargeResponse)
   .addError(UnsupportedMediaTypeResponse)
   .addError(NotFoundResponse)

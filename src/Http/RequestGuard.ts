@@ -7,12 +7,15 @@
  *   characters (U+0000-U+001F, U+007F-U+009F; PostgreSQL text cannot hold U+0000 at all) or an
  *   unpaired UTF-16 surrogate (not encodable as UTF-8); a JSON body nests at most
  *   `MAX_JSON_DEPTH` levels. Refused with 422 in the spec's envelope naming the field (`loc`);
- * - a body is JSON (415 otherwise) and carries only the fields its endpoint declares (422
- *   naming each other field).
+ * - a body is JSON in UTF-8 (415 for another media type or charset; 400 for bytes that are not
+ *   UTF-8), names no key twice in one object (422 naming it) and carries only the fields its
+ *   endpoint declares (422 naming each other field).
  */
 import { HttpApi, type HttpServerRequest } from "@effect/platform"
 import { Effect, Either, Option, ParseResult, Schema, type SchemaAST as AST } from "effect"
-import { unsupportedMediaType, validationError, type ValidationIssue } from "../Domain/ApiErrors.ts"
+import { badRequest, unsupportedMediaType, validationError, type ValidationIssue } from "../Domain/ApiErrors.ts"
+import { duplicateKeys } from "./JsonDuplicateKeys.ts"
+import { hasInvalidUtf8 } from "./NodeServer.ts"
 
 /** What the guard refuses in text. Paired surrogates (astral characters) are fine. */
 export const FORBIDDEN_TEXT = /[\u0000-\u001f\u007f-\u009f]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
@@ -138,6 +141,25 @@ const isJson = (contentType: string | undefined) =>
   contentType === undefined || contentType.trim() === "" || contentType.toLowerCase().includes("application/json")
 
 /**
+ * The `charset` a media type names, if any (RFC 9110: case-insensitive, possibly quoted). The
+ * body is read as UTF-8 whatever it says, so any other charset would be misread.
+ */
+const charsetOf = (contentType: string | undefined): string | undefined => {
+  for (const parameter of (contentType ?? "").split(";").slice(1)) {
+    const at = parameter.indexOf("=")
+    if (at !== -1 && parameter.slice(0, at).trim().toLowerCase() === "charset") {
+      return parameter.slice(at + 1).trim().replace(/^"(.*)"$/, "$1").toLowerCase()
+    }
+  }
+  return undefined
+}
+
+const isUtf8 = (charset: string | undefined) => charset === undefined || charset === "utf-8" || charset === "utf8"
+
+const duplicateKeyIssues = (text: string): Array<ValidationIssue> =>
+  duplicateKeys(text).map((path) => ({ loc: ["body", ...path], msg: "is given more than once", type: "duplicate_key" }))
+
+/**
  * The guard for `api`: fails with the 422 to answer, or with the platform's `RequestError`
  * when the body cannot be read (too large, connection lost), which the caller maps.
  */
@@ -174,15 +196,28 @@ export const makeRequestGuard = (api: HttpApi.HttpApi.Any) => {
       const hasBody = (request.headers["content-length"] ?? "0") !== "0" || request.headers["transfer-encoding"] !== undefined
       if (!hasBody) return
       // The platform would also decode forms and multipart into the payload; the API speaks JSON only.
-      if (!isJson(request.headers["content-type"])) {
-        return yield* Effect.fail(unsupportedMediaType(`Request body must be JSON, not ${request.headers["content-type"]!.slice(0, 100)}`))
+      const contentType = request.headers["content-type"]
+      if (!isJson(contentType)) {
+        return yield* Effect.fail(unsupportedMediaType(`Request body must be JSON, not ${contentType!.slice(0, 100)}`))
+      }
+      const charset = charsetOf(contentType)
+      if (!isUtf8(charset)) {
+        return yield* Effect.fail(unsupportedMediaType(`Request body must be JSON in UTF-8, not in ${charset!.slice(0, 40)}`))
       }
       // Read through the platform, which caches the text for the handler's own decoding.
       const text = yield* request.text
+      if (hasInvalidUtf8(request)) {
+        return yield* Effect.fail(badRequest(
+          "Request body is not valid UTF-8",
+          "Send the JSON body encoded as UTF-8; bytes that are not UTF-8 are refused, not replaced"
+        ))
+      }
       // Not JSON: the handler's decoding answers that (422 json_invalid).
       const parsed = Either.try(() => JSON.parse(text) as unknown)
       if (Either.isLeft(parsed)) return
       issues.push(...jsonIssues(parsed.right))
+      // Only when nothing else is wrong: a body nested past the limit is not worth scanning.
+      if (issues.length === 0) issues.push(...duplicateKeyIssues(text))
       if (issues.length === 0) {
         issues.push(...route.undeclaredFields.value(parsed.right))
       }

@@ -25,9 +25,19 @@ import { drainableServer } from "./Drain.ts"
 import { OpsRoutesLive, withHttpMetrics } from "../Ops/Http.ts"
 import { PaymentsLive } from "./Payments.ts"
 import { TransfersLive } from "./Transfers.ts"
-import { internalError, notFound, payloadTooLarge, replicaStoodDown, validationError, type ValidationIssue } from "../Domain/ApiErrors.ts"
+import {
+  badRequest,
+  internalError,
+  notFound,
+  payloadTooLarge,
+  replicaStoodDown,
+  validationError,
+  type ValidationIssue
+} from "../Domain/ApiErrors.ts"
 import { newUuid } from "../Domain/Ids.ts"
 import { SchemaFence } from "../Supervision/SchemaFence.ts"
+import { lacksHost } from "./NodeServer.ts"
+import { withPageSecurity } from "./PageSecurity.ts"
 import { makeRequestGuard } from "./RequestGuard.ts"
 
 /** Request bodies are small JSON documents; anything larger is refused (413) however it is framed. */
@@ -69,6 +79,9 @@ const RequestErrorsLive = HttpApiBuilder.middleware(Effect.gen(function*() {
     // their replacements are declared on the API (`addError`), so they get encoded.
     Effect.gen(function*() {
       const request = yield* HttpServerRequest.HttpServerRequest
+      if (lacksHost(request)) {
+        return yield* Effect.fail(badRequest("Request has no Host header", "HTTP/1.1 requests must name the host they are sent to"))
+      }
       if (Number(request.headers["content-length"] ?? "0") > maxBytes) return yield* Effect.fail(tooLarge)
       if (request.method !== "GET" && request.method !== "HEAD") {
         const standDown = yield* fence.current
@@ -108,7 +121,7 @@ const ApiLive = HttpApiBuilder.api(ConfirmdApi).pipe(
  * The API and the operator endpoints served on whatever `HttpServer` is provided (a socket in
  * `main`, port 0 in tests); every request counted in the HTTP metrics.
  */
-export const HttpLive = HttpApiBuilder.serve((app) => withHttpMetrics(withRequestId(app))).pipe(
+export const HttpLive = HttpApiBuilder.serve((app) => withHttpMetrics(withRequestId(withPageSecurity(app)))).pipe(
   Layer.provide(HttpApiSwagger.layer({ path: "/docs" })),
   // /metrics and /ops/status: beside the API, outside its OpenAPI document (Ops/Http.ts).
   Layer.provide(OpsRoutesLive),
