@@ -12,6 +12,8 @@
  *   unset, the Esplora REST API at `ESPLORA_URL` (default https://blockstream.info/api), a
  *   comma list used with the same failover (see Esplora.ts).
  * - `RPC_TIMEOUT_MS` (default 10000): limit for every node call.
+ * - `RPC_HEDGE_MIN_MS`, `RPC_HEDGE_MAX_MS` (100, 2000): bounds of the hedge delay, and
+ *   `RPC_PROBE_INTERVAL_MS` (15000): idle endpoints' probes (Failover.ts).
  * - `TOKEN_<CHAIN>_<SYMBOL>`, `TOKEN_USD_PRICE_<SYMBOL>`: the stablecoins accepted, see Tokens.ts.
  * - `TRACES_<CHAIN>` (`auto` | `on` | `off`, default `auto`): internal transfers from call
  *   traces, see EvmBlocks.ts.
@@ -26,7 +28,11 @@ import type { BitcoinClient } from "./BitcoinClient.ts"
 import { makeBitcoinRpc } from "./BitcoinRpc.ts"
 import { type ChainBlock, ChainUnavailable } from "./Block.ts"
 import { makeEsplora } from "./Esplora.ts"
-import { type EndpointHealth, type EndpointPool, makeEndpointPool } from "./Endpoints.ts"
+import type { EndpointHealth, EndpointStatus } from "./EndpointHealth.ts"
+import { type EndpointPool, makeEndpointPool } from "./Endpoints.ts"
+import type { FailoverSettings } from "./Failover.ts"
+import { failureLogIntervalConfig } from "../Supervision/FailureLog.ts"
+import { Supervisor } from "../Supervision/Supervisor.ts"
 import { type EvmChainName, type EvmClient, makeEvmClient, viemChains } from "./Evm.ts"
 import { type BlockReading, tracesSettingConfig } from "./EvmBlocks.ts"
 import { chainTokensConfig } from "./Tokens.ts"
@@ -62,6 +68,27 @@ const timeoutConfig = Config.integer("RPC_TIMEOUT_MS").pipe(
   Config.map(Duration.millis)
 )
 
+const positiveMs = (name: string, fallback: number) =>
+  Config.integer(name).pipe(
+    Config.withDefault(fallback),
+    Config.validate({ message: `${name} must be positive`, validation: (n) => n > 0 })
+  )
+
+/** Hedge delay bounds, probe interval and how often a failing endpoint is logged (Failover.ts). */
+export const failoverSettingsConfig: Config.Config<FailoverSettings> = Config.all({
+  minMs: positiveMs("RPC_HEDGE_MIN_MS", 100),
+  maxMs: positiveMs("RPC_HEDGE_MAX_MS", 2000),
+  probeMs: positiveMs("RPC_PROBE_INTERVAL_MS", 15_000),
+  logInterval: failureLogIntervalConfig
+}).pipe(
+  Config.validate({ message: "RPC_HEDGE_MIN_MS must not exceed RPC_HEDGE_MAX_MS", validation: (c) => c.minMs <= c.maxMs }),
+  Config.map(({ logInterval, maxMs, minMs, probeMs }) => ({
+    hedge: { minMs, maxMs },
+    probeInterval: Duration.millis(probeMs),
+    logInterval
+  }))
+)
+
 /** One or more http(s) URLs, comma-separated. */
 const urlListConfig = (name: string): Config.Config<ReadonlyArray<string>> =>
   Config.string(name).pipe(
@@ -91,15 +118,27 @@ export const esploraUrlsConfig: Config.Config<ReadonlyArray<string>> = urlListCo
 export const chainIdConfig = (chain: EvmChainName): Config.Config<number> =>
   Config.integer(`CHAIN_ID_${chain.toUpperCase()}`).pipe(Config.withDefault(viemChains[chain].id))
 
-/** The bitcoin client, the hosts it talks to and (Esplora) their health. */
-const makeBitcoin = (timeout: Duration.Duration, params: BitcoinParams) => Effect.gen(function*() {
+/** The bitcoin client, the hosts it talks to and (Esplora) their health and probes. */
+const makeBitcoin = (timeout: Duration.Duration, params: BitcoinParams, settings: FailoverSettings) => Effect.gen(function*() {
   const rpcUrl = yield* Config.option(Config.url("BITCOIN_RPC_URL"))
   if (Option.isSome(rpcUrl)) {
-    return { client: yield* makeBitcoinRpc(rpcUrl.value, timeout), host: hostOf(rpcUrl.value), health: Effect.succeed([]) }
+    return {
+      client: yield* makeBitcoinRpc(rpcUrl.value, timeout),
+      host: hostOf(rpcUrl.value),
+      health: Effect.succeed([]),
+      status: Effect.succeed([]),
+      probing: Option.none()
+    }
   }
   const urls = yield* esploraUrlsConfig
-  const esplora = yield* makeEsplora(urls, timeout, params)
-  return { client: esplora.client, host: urls.map((url) => hostOf(url)).join(", "), health: esplora.health }
+  const esplora = yield* makeEsplora(urls, timeout, params, settings)
+  return {
+    client: esplora.client,
+    host: urls.map((url) => hostOf(url)).join(", "),
+    health: esplora.health,
+    status: esplora.status,
+    probing: Option.some(esplora.probing)
+  }
 })
 
 export class ChainClients extends Effect.Service<ChainClients>()("confirmd/ChainClients", {
@@ -108,6 +147,8 @@ export class ChainClients extends Effect.Service<ChainClients>()("confirmd/Chain
     const timeout = yield* timeoutConfig
     const bitcoinParams = yield* bitcoinParamsConfig
     const tokens = yield* chainTokensConfig(enabledChains)
+    const failover = yield* failoverSettingsConfig
+    const supervisor = yield* Supervisor
 
     const evmClients = new Map<ChainName, EvmClient>()
     const hosts = new Map<ChainName, string>()
@@ -115,7 +156,13 @@ export class ChainClients extends Effect.Service<ChainClients>()("confirmd/Chain
     for (const chain of enabledChains) {
       if (chain === "bitcoin") continue
       const urls = yield* evmUrlsConfig(chain)
-      const pool = yield* makeEndpointPool({ chainName: chain, chainId: yield* chainIdConfig(chain), urls, timeout })
+      const pool = yield* makeEndpointPool({
+        chainName: chain,
+        chainId: yield* chainIdConfig(chain),
+        urls,
+        timeout,
+        settings: failover
+      })
       pools.set(chain, pool)
       evmClients.set(
         chain,
@@ -130,9 +177,16 @@ export class ChainClients extends Effect.Service<ChainClients>()("confirmd/Chain
     // The start check runs beside the start: requests wait for the endpoint they need.
     yield* Effect.forkScoped(Effect.forEach(pools.values(), (pool) => pool.checkAll, { concurrency: "unbounded" }))
     const bitcoinBackend = enabledChains.includes("bitcoin")
-      ? Option.some(yield* makeBitcoin(timeout, bitcoinParams))
+      ? Option.some(yield* makeBitcoin(timeout, bitcoinParams, failover))
       : Option.none()
     if (Option.isSome(bitcoinBackend)) hosts.set("bitcoin", bitcoinBackend.value.host)
+    const probes = [
+      ...[...pools].map(([chain, pool]) => [chain, pool.probing] as const),
+      ...Option.toArray(Option.flatMap(bitcoinBackend, ({ probing }) => Option.map(probing, (p) => ["bitcoin", p] as const)))
+    ]
+    for (const [chain, probing] of probes) {
+      yield* Effect.forkScoped(supervisor.supervise({ name: `endpoint probes ${chain}`, kind: "endpoint-probes" }, probing))
+    }
     const bitcoinClient: Option.Option<BitcoinClient> = Option.map(bitcoinBackend, ({ client }) => client)
 
     /** Names the node's host on a failure, for logs and error hints. */
@@ -173,6 +227,15 @@ export class ChainClients extends Effect.Service<ChainClients>()("confirmd/Chain
         if (chain === "bitcoin") return Option.match(bitcoinBackend, { onNone: () => Effect.succeed([]), onSome: ({ health }) => health })
         const pool = pools.get(chain)
         return pool === undefined ? Effect.succeed([]) : pool.health
+      },
+      /**
+       * Each endpoint of an enabled chain as /ops/status shows it (healthy, failing, backing
+       * off, refused), in configured order; none for bitcoin on `BITCOIN_RPC_URL`.
+       */
+      endpointStatus: (chain: ChainName): Effect.Effect<ReadonlyArray<EndpointStatus>> => {
+        if (chain === "bitcoin") return Option.match(bitcoinBackend, { onNone: () => Effect.succeed([]), onSome: ({ status }) => status })
+        const pool = pools.get(chain)
+        return pool === undefined ? Effect.succeed([]) : pool.status
       },
       /** The bitcoin client, if bitcoin is enabled. */
       bitcoin,
@@ -218,5 +281,5 @@ export class ChainClients extends Effect.Service<ChainClients>()("confirmd/Chain
         )
     }
   }),
-  dependencies: [FetchHttpClient.layer]
+  dependencies: [FetchHttpClient.layer, Supervisor.Default]
 }) {}

@@ -6,8 +6,9 @@
  * 3,000 transactions is 121 requests that way, which public instances rate-limit.
  *
  * `ESPLORA_URL` may list several instances; they share the EVM endpoints' failover
- * (Endpoints.ts): the healthiest first, the next on a failure, one answering 429 left alone
- * until its `Retry-After` has passed. A block is read whole from one instance.
+ * (Failover.ts): the healthiest first, the next on a failure or when slow (every read is
+ * hedged), one answering 429 left alone until its `Retry-After` has passed, idle ones probed
+ * with `/blocks/tip/height`. A block is read whole from one instance.
  */
 import { HttpClient, HttpClientRequest, type HttpClientResponse } from "@effect/platform"
 import { Data, Duration, Effect, Option, Ref, Schema } from "effect"
@@ -15,7 +16,9 @@ import type { BitcoinParams } from "../Domain/Address.ts"
 import { type BitcoinClient, decodeBody, nullHash, Satoshis, transfersOfTx, unavailable } from "./BitcoinClient.ts"
 import { parseRawBlock } from "./BitcoinRaw.ts"
 import { type ChainBlock, ChainUnavailable } from "./Block.ts"
-import { type EndpointHealth, makeFailover, retryAfterMs } from "./Endpoints.ts"
+import type { EndpointHealth, EndpointStatus } from "./EndpointHealth.ts"
+import { retryAfterMs } from "./Endpoints.ts"
+import { type FailoverSettings, makeFailover } from "./Failover.ts"
 
 const PAGE_SIZE = 25
 const PAGE_CONCURRENCY = 4
@@ -61,6 +64,9 @@ export interface Esplora {
   readonly client: BitcoinClient
   /** Each instance's health, in configured order (shown with the EVM endpoints'). */
   readonly health: Effect.Effect<ReadonlyArray<EndpointHealth>>
+  readonly status: Effect.Effect<ReadonlyArray<EndpointStatus>>
+  /** The background probes (Failover.ts), run under the supervisor by ChainClients. */
+  readonly probing: (progress: Effect.Effect<void>) => Effect.Effect<never>
 }
 
 const describe = (error: unknown): string =>
@@ -71,7 +77,8 @@ const describe = (error: unknown): string =>
 export const makeEsplora = (
   urls: ReadonlyArray<string>,
   timeout: Duration.Duration,
-  params: BitcoinParams
+  params: BitcoinParams,
+  settings: FailoverSettings
 ): Effect.Effect<Esplora, never, HttpClient.HttpClient> =>
   Effect.gen(function*() {
     const http = yield* HttpClient.HttpClient
@@ -89,9 +96,12 @@ export const makeEsplora = (
         error instanceof EsploraStatus && error.status === 429
           ? Option.some(retryAfterMs(error.retryAfter, now))
           : Option.none(),
+      // A status other than 429 or 5xx is the instance's own answer (no such block yet).
+      isAnswer: (error) => error instanceof EsploraStatus && error.status >= 400 && error.status < 500 && error.status !== 429,
       describe,
-      failure: (message, details) => unavailable(details === undefined ? message : `${message}: ${details}`)
-    }, { chainName: "bitcoin", urls })
+      failure: (message, details) => unavailable(details === undefined ? message : `${message}: ${details}`),
+      probe: (instance) => get(instance, "/blocks/tip/height", text)
+    }, { chainName: "bitcoin", urls, settings })
     yield* pool.checkAll
 
     /** GET `path` from one instance, its 2xx body read by `read`, within the timeout. */
@@ -209,5 +219,5 @@ export const makeEsplora = (
         ),
       block: (hash, height) => request((instance) => readBlock(instance, hash, height))
     }
-    return { client, health: pool.health }
+    return { client, health: pool.health, status: pool.status, probing: pool.probing }
   })

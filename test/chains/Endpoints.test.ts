@@ -63,10 +63,15 @@ describe("several endpoints per chain", () => {
     Effect.gen(function*() {
       const { anvil } = yield* anvilEnv
       const proxy = yield* rateLimitingProxy(anvil, 2)
-      const env = { CHAINS: "ethereum", CHAIN_ID_ETHEREUM: "31337", RPC_URL_ETHEREUM: `${proxy.url},${anvil}` }
+      const env = {
+        CHAINS: "ethereum",
+        CHAIN_ID_ETHEREUM: "31337",
+        RPC_URL_ETHEREUM: `${proxy.url},${anvil}`,
+        RPC_PROBE_INTERVAL_MS: "1500"
+      }
       yield* Effect.gen(function*() {
         const clients = yield* ChainClients
-        // Both pass the chain-id check; the proxy is listed (and so ranked) first.
+        // Both pass the chain-id check; the proxy is listed (and so ranked) first: both are local.
         yield* eventually(Effect.flatMap(clients.endpoints("ethereum"), (health) =>
           health.every((h) => h.state === "ready") ? Effect.void : Effect.fail("not checked yet")))
         const limitedAt = Date.now()
@@ -76,7 +81,8 @@ describe("several endpoints per chain", () => {
         const [proxied, direct] = yield* clients.endpoints("ethereum")
         expect(proxied?.rateLimitedUntil).toBeGreaterThanOrEqual(limitedAt + 2_000)
         expect(direct?.consecutiveFailures).toBe(0)
-        // Once Retry-After has passed, the proxy is asked again.
+        // Once Retry-After has passed, the proxy is asked again: the calls go to anvil, now the
+        // faster one, and the idle proxy gets its probe.
         yield* eventually(Effect.flatMap(clients.head("ethereum"), () =>
           proxy.limited() === 2 ? Effect.void : Effect.fail("not asked again yet")))
         expect(Date.now() - limitedAt).toBeGreaterThanOrEqual(2_000)
