@@ -116,6 +116,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
      */
     const awaitHead = (head: bigint, newestBlockMs: number | null) =>
       Effect.gen(function*() {
+        yield* supervisor.waiting
         // Bitcoin's blocks come at random, and its timestamps may be hours off: no due time.
         const polling = chain === "bitcoin"
           ? settings.pollInterval
@@ -135,6 +136,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
     /** Publishes the reorg below the kept headers, comparing them with the node up to `nodeHead`. */
     const reorg = (state: LoopState, nodeHead: bigint) =>
       Effect.gen(function*() {
+        yield* supervisor.step("finding the common ancestor of a reorg")
         const known = yield* cursors.headers(chain)
         // Newest first: the first kept header still on the node's chain is the common ancestor.
         const ancestor = yield* Effect.findFirst(known, (header) =>
@@ -175,6 +177,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
           const newest = Arr.lastNonEmpty(extending)
           const refs = Arr.map(extending, (block): BlockRef => ({ number: block.number, hash: block.hash }))
           const ref = Arr.lastNonEmpty(refs)
+          yield* supervisor.step(`publishing blocks ${refs[0].number}..${ref.number}`)
           // A run under way is finished on shutdown or when the chain's lock goes.
           yield* Effect.uninterruptible(Effect.zipRight(
             eventLog.publish(outgoing(
@@ -196,6 +199,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
           )
           yield* registry.update(chain, (s) => ({ ...s, lastPublished: ref, lastBlockTime: newest.timestamp }))
           yield* progressed
+          yield* supervisor.step(`fetching the blocks after ${ref.number}`)
           return published(state, newest)
         })
 
@@ -241,10 +245,12 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
       /** One poll of the node: publishes what it has beyond the cursor, or waits for it. */
       const poll = (state: LoopState) =>
         Effect.gen(function*() {
+          yield* supervisor.step("asking the node for its head")
           const head = yield* clients.head(chain)
           yield* registry.observeHead(chain, head, state.next)
           const heights = heightsToFetch(state.next, head, batch)
           if (heights.length === 0) return yield* idle(state, head)
+          yield* supervisor.step(`fetching blocks ${heights[0]}..${heights[heights.length - 1]}`)
           // Asked beside the blocks, so following the chain live waits for no extra round trip.
           const finalized = yield* Effect.fork(finalizedNow)
           // mapEffect keeps the order of heights while fetching several at once; the blocks
@@ -263,6 +269,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
         })
 
       return Effect.gen(function*() {
+        yield* supervisor.step("creating its blocks topic")
         yield* eventLog.ensureTopics([{ name: topic, partitions: 1 }])
         const reading = Option.getOrNull(yield* clients.reading(chain))
         yield* registry.update(chain, (s) => ({ ...s, reading }))

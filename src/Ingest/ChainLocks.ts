@@ -72,34 +72,59 @@ const decodeAcquired = Schema.decodeUnknown(Acquired)
 
 export type LockMode = "advisory" | "single"
 
-const HolderRow = Schema.Struct({ key: Schema.Number, application_name: Schema.String })
+const HolderRow = Schema.Struct({ key: Schema.Number, application_name: Schema.String, silent_seconds: Schema.Number })
 const decodeHolders = Schema.decodeUnknown(Schema.Array(HolderRow))
 
+/** Who holds a chain's ingester lock, and how long its lock session has been silent. */
+export interface LockHolder {
+  readonly replica: string
+  /**
+   * Seconds since the holder's lock session last finished a query. A live holder queries
+   * every tick; a frozen or hung one (SIGSTOP, a blocked event loop) falls silent while
+   * PostgreSQL still grants it the lock, until its idle session ends.
+   */
+  readonly silentSeconds: number
+}
+
 /**
- * chain → replica id of the holder of its ingester lock, for `chains`: from PostgreSQL's lock
- * table (the lock connections name their replica), so any replica can answer; with `single`
- * locks (embedded, one process) `replicaId` holds every chain.
+ * How long a holder's lock session may stay silent before it counts as stalled: three ticks,
+ * and never under 3 s, so a tick delayed by a busy event loop is not a stall.
+ */
+export const holderSilenceBound = (settings: LockSettings): Duration.Duration =>
+  Duration.max(Duration.seconds(3), Duration.times(settings.tick, 3))
+
+/**
+ * chain → the holder of its ingester lock, for `chains`: from PostgreSQL's lock table (the
+ * lock connections name their replica), so any replica can answer; with `single` locks
+ * (embedded, one process) `replicaId` holds every chain.
  */
 export const lockHolders = (
   mode: LockMode,
   chains: ReadonlyArray<ChainName>,
   replicaId: string
-): Effect.Effect<ReadonlyMap<ChainName, string>, SqlError.SqlError, SqlClient.SqlClient> => {
-  if (mode === "single") return Effect.succeed(new Map(chains.map((chain) => [chain, replicaId] as const)))
+): Effect.Effect<ReadonlyMap<ChainName, LockHolder>, SqlError.SqlError, SqlClient.SqlClient> => {
+  if (mode === "single") {
+    return Effect.succeed(new Map(chains.map((chain) => [chain, { replica: replicaId, silentSeconds: 0 }] as const)))
+  }
   const chainByKey = new Map(chains.map((chain) => [chainLockKey(chain), chain] as const))
   return Effect.flatMap(SqlClient.SqlClient, (sql) =>
-    sql`SELECT l.objid::int8::int4 AS key, a.application_name
+    sql`SELECT l.objid::int8::int4 AS key, a.application_name,
+               CASE WHEN a.state = 'idle'
+                 THEN extract(epoch FROM clock_timestamp() - a.state_change)::float8 ELSE 0 END AS silent_seconds
         FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
         WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
           AND l.classid = ${LOCK_NAMESPACE}::int8::oid
           AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`).pipe(
     Effect.flatMap((rows) => Effect.orDie(decodeHolders(rows))),
     Effect.map((found) => {
-      const holders = new Map<ChainName, string>()
+      const holders = new Map<ChainName, LockHolder>()
       for (const row of found) {
         const chain = chainByKey.get(row.key)
         if (chain !== undefined && row.application_name.startsWith(LOCK_APPLICATION_PREFIX)) {
-          holders.set(chain, row.application_name.slice(LOCK_APPLICATION_PREFIX.length))
+          holders.set(chain, {
+            replica: row.application_name.slice(LOCK_APPLICATION_PREFIX.length),
+            silentSeconds: Math.max(0, row.silent_seconds)
+          })
         }
       }
       return holders

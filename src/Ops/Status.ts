@@ -12,6 +12,7 @@
 import { SqlClient } from "@effect/sql"
 import { Cause, Config, DateTime, Duration, Effect, Option } from "effect"
 import { type BlockReading, ChainClients } from "../Chains/ChainClients.ts"
+import { type EndpointStatus, everyEndpointDown } from "../Chains/EndpointHealth.ts"
 import type { ChainName } from "../Domain/Chain.ts"
 import { EventLog, type PartitionLag } from "../EventLog/EventLog.ts"
 import { blocksTopic } from "../Ingest/BlockMessage.ts"
@@ -20,15 +21,16 @@ import type { HeadSource } from "../Ingest/NewHeads.ts"
 import { MatcherGroupId } from "../Matcher/Consumer.ts"
 import { Matcher, type MatcherStatus } from "../Matcher/Matcher.ts"
 import { MatcherCursors } from "../Matcher/Cursors.ts"
-import { type LockMode, lockHolders, lockSettingsConfig } from "../Ingest/ChainLocks.ts"
+import { holderSilenceBound, type LockHolder, type LockMode, lockHolders, lockSettingsConfig } from "../Ingest/ChainLocks.ts"
 import { IngestCursors } from "../Ingest/Cursor.ts"
 import { type Backlog, Outbox } from "../Outbox/Outbox.ts"
 import { type OpenCount, WatchFigures } from "../Watches/Figures.ts"
 import { type LiveReplica, Replicas, type SchemaStatus } from "../Database/Replicas.ts"
 import { ReplicaIdentity } from "../Supervision/ReplicaIdentity.ts"
-import { type FiberStatus, isFailing, Supervisor } from "../Supervision/Supervisor.ts"
+import { describeStall, type FiberStatus, isFailing, stalledFor, Supervisor } from "../Supervision/Supervisor.ts"
 
-const SOURCE_TIMEOUT = Duration.seconds(3)
+/** Each source gets this long, so the whole answer comes within a second whatever is down. */
+const SOURCE_TIMEOUT = Duration.millis(800)
 
 export type ChainState = IngesterState | "standby"
 
@@ -36,6 +38,11 @@ export interface ChainStatus {
   readonly chain: ChainName
   /** Replica id holding the chain's ingester lock; null when nobody does. */
   readonly holder: string | null
+  /**
+   * Seconds since the holder's lock session last spoke (it does every tick while the holder
+   * lives); null when nobody holds the chain.
+   */
+  readonly holderSilentSeconds: number | null
   readonly heldHere: boolean
   /** This replica's ingester state; "standby" when it does not run this chain. */
   readonly state: ChainState
@@ -58,6 +65,8 @@ export interface ChainStatus {
   /** How this replica's ingester learns of new blocks now; null where it does not run. */
   readonly headSource: HeadSource | null
   readonly lastError: string | null
+  /** Each endpoint of the chain as this replica sees it (its calls and probes). */
+  readonly endpoints: ReadonlyArray<EndpointStatus>
 }
 
 export interface ConsumerLag extends PartitionLag {
@@ -111,7 +120,7 @@ export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus",
     const watches = yield* WatchFigures
     const outbox = yield* Outbox
     const sql = yield* SqlClient.SqlClient
-    const { enabledChains } = yield* ChainClients
+    const { enabledChains, endpointStatus } = yield* ChainClients
     // Optional: a replica without the matcher still reports everything else.
     const matcherService = yield* Effect.serviceOption(Matcher)
     const replicasService = yield* Effect.serviceOption(Replicas)
@@ -143,7 +152,8 @@ export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus",
         )
       )
 
-    /** chain → replica id of its lock holder, asked of the lock owner. */
+    const silenceBound = holderSilenceBound(lockSettings)
+    /** chain → its lock holder, asked of the lock owner. */
     const holders = lockHolders(mode.chainLocks, enabledChains, replica.id).pipe(
       Effect.provideService(SqlClient.SqlClient, sql)
     )
@@ -163,8 +173,11 @@ export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus",
         ? [...(yield* matcherService.value.statuses).values()]
         : []
       const fibers = (yield* supervisor.statuses).map((fiber) => ({ ...fiber, failing: isFailing(fiber, now) }))
+      const stalls = new Map<string, string>()
       for (const fiber of fibers) {
-        if (fiber.failing) errors.push(`fiber ${fiber.name}: ${fiber.lastError ?? "failing"}`)
+        const stalled = stalledFor(fiber, now)
+        if (Option.isSome(stalled)) stalls.set(fiber.name, describeStall(fiber, stalled.value))
+        if (fiber.failing) errors.push(`fiber ${fiber.name}: ${stalls.get(fiber.name) ?? fiber.lastError ?? "failing"}`)
       }
       const [schema, liveReplicas, statuses, holderMap, cursors, matcher, lag, openWatches, backlog, deliveries] = yield* Effect.all([
         Option.match(replicasService, {
@@ -176,7 +189,7 @@ export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus",
           onSome: (replicas) => read(errors, "replicas", replicas.live, [])
         }),
         registry.statuses,
-        read(errors, "chain locks", holders, new Map<ChainName, string>()),
+        read(errors, "chain locks", holders, new Map<ChainName, LockHolder>()),
         read(errors, "ingest cursors", ingestCursors.published, []),
         read(errors, "matcher cursors", matcherCursors.all, []),
         read(errors, "consumer lag", consumerLag, []),
@@ -187,9 +200,13 @@ export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus",
 
       if (schema !== null && Option.isSome(schema.standDown)) errors.unshift(`replica: ${schema.standDown.value.reason}`)
       const locksRead = !errors.some((error) => error.startsWith("chain locks:"))
+      // Kept in memory by the endpoints' owner: nothing to wait for.
+      const endpoints = new Map(yield* Effect.forEach(enabledChains, (chain) => Effect.map(endpointStatus(chain), (e) => [chain, e] as const)))
       const chains = enabledChains.map((chain): ChainStatus => {
         const status = statuses.get(chain)
-        const holder = holderMap.get(chain) ?? null
+        const lock = holderMap.get(chain) ?? null
+        const holder = lock?.replica ?? null
+        const stall = stalls.get(`ingester ${chain}`)
         const running = status !== undefined && status.state !== "stopped"
         const cursor = cursors.find((row) => row.chain === chain)
         const lastPublished = cursor?.number ?? null
@@ -198,12 +215,25 @@ export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus",
         const polling = running && status.state === "running" && status.head !== null
         if (running && status.state === "backing-off") {
           errors.push(`chain ${chain}: ingester backing off: ${status.lastError ?? "failing"}`)
+        } else if (running && stall !== undefined) {
+          errors.push(`chain ${chain}: ingester ${stall}`)
         } else if (holder === null && locksRead) {
           errors.push(`chain ${chain}: no replica holds its ingester`)
+        } else if (lock !== null && lock.replica !== replica.id && lock.silentSeconds >= Duration.toSeconds(silenceBound)) {
+          // Frozen or hung: PostgreSQL still grants it the lock until its idle session ends.
+          errors.push(
+            `chain ${chain}: its holder ${lock.replica} has been silent for ${Math.floor(lock.silentSeconds)} s; ` +
+              `its lock is freed after ${Duration.format(lockSettings.idleSessionTimeout)} of silence and another replica takes the chain`
+          )
+        }
+        // Seen on every replica, the holder or not: its probes reach each endpoint.
+        for (const down of Option.toArray(everyEndpointDown(endpoints.get(chain) ?? []))) {
+          errors.push(`chain ${chain}: no endpoint answers: ${down}`)
         }
         return {
           chain,
           holder,
+          holderSilentSeconds: lock?.silentSeconds ?? null,
           heldHere: running && (holder === null || holder === replica.id),
           // An ingester stopped here (its lock lost, another replica may hold it) is on standby.
           state: running ? status.state : "standby",
@@ -220,7 +250,8 @@ export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus",
           reorgs: status?.reorgs ?? 0,
           reading: status?.reading ?? null,
           headSource: running ? status.headSource : null,
-          lastError: status?.lastError ?? null
+          lastError: status?.lastError ?? null,
+          endpoints: endpoints.get(chain) ?? []
         }
       })
 

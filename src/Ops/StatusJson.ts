@@ -8,6 +8,7 @@ import type { ChainName } from "../Domain/Chain.ts"
 import type { Snapshot } from "./Status.ts"
 
 const text = (n: bigint | null) => (n === null ? null : n.toString())
+const iso = (epochMs: number | null) => (epochMs === null ? null : new Date(epochMs).toISOString())
 
 /** /ops/status body; block numbers and offsets as decimal strings. */
 export const toJson = (snapshot: Snapshot) => {
@@ -53,6 +54,7 @@ export const toJson = (snapshot: Snapshot) => {
     chains: snapshot.chains.map((chain) => ({
       chain: chain.chain,
       holder: chain.holder,
+      holder_silent_seconds: chain.holderSilentSeconds,
       held_here: chain.heldHere,
       state: chain.state,
       head: text(chain.head),
@@ -66,7 +68,22 @@ export const toJson = (snapshot: Snapshot) => {
       reorgs: chain.reorgs,
       reading: chain.reading,
       head_source: chain.headSource,
-      last_error: chain.lastError
+      last_error: chain.lastError,
+      endpoints: chain.endpoints.map((e) => ({
+        endpoint: e.endpoint,
+        state: e.state,
+        reason: e.reason,
+        since: iso(e.since),
+        until: iso(e.until),
+        latency_ms: e.latencyMs,
+        last_latency_ms: e.lastLatencyMs,
+        hedge_delay_ms: e.hedgeDelayMs,
+        consecutive_failures: e.consecutiveFailures,
+        requests: e.requests,
+        failures: e.failures,
+        batching: e.batching,
+        last_success_at: iso(e.lastSuccessAt)
+      }))
     })),
     fibers: snapshot.fibers.map((fiber) => ({
       name: fiber.name,
@@ -75,6 +92,7 @@ export const toJson = (snapshot: Snapshot) => {
       failing: fiber.failing,
       running_since: DateTime.formatIso(fiber.runningSince),
       last_progress_at: fiber.lastProgressAt === null ? null : DateTime.formatIso(fiber.lastProgressAt),
+      busy: fiber.busy === null ? null : { step: fiber.busy.step, since: DateTime.formatIso(fiber.busy.since) },
       last_error: fiber.lastError,
       last_incident_at: fiber.lastIncidentAt === null ? null : DateTime.formatIso(fiber.lastIncidentAt),
       restarts: fiber.restarts
