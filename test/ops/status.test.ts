@@ -8,7 +8,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { randomBytes } from "node:crypto"
-import { createServer, type IncomingMessage, type ServerResponse } from "node:http"
+import { createServer, type ServerResponse } from "node:http"
 import type { AddressInfo } from "node:net"
 import { spawnAnvil, until } from "../ingest/harness.ts"
 import { freshDatabase } from "../support/Database.ts"
@@ -27,7 +27,7 @@ const hangingNode = (target: string) =>
     Effect.async<{ url: string; hang: () => void; resume: () => void; close: () => void }>((resume) => {
       let hanging = false
       const held: Array<() => void> = []
-      const forward = (request: IncomingMessage, response: ServerResponse, body: Buffer) =>
+      const forward = (response: ServerResponse, body: Buffer) =>
         fetch(target, { method: "POST", headers: { "content-type": "application/json" }, body }).then(
           async (answer) => response.writeHead(answer.status, { "content-type": "application/json" }).end(await answer.text()),
           () => response.destroy()
@@ -36,7 +36,7 @@ const hangingNode = (target: string) =>
         const chunks: Array<Buffer> = []
         request.on("data", (chunk: Buffer) => chunks.push(chunk))
         request.on("end", () => {
-          const send = () => void forward(request, response, Buffer.concat(chunks))
+          const send = () => void forward(response, Buffer.concat(chunks))
           if (hanging) held.push(send)
           else send()
         })
