@@ -11,6 +11,7 @@
  */
 import { DateTime, Metric, MetricBoundaries, MetricKey, MetricLabel, MetricState, Option } from "effect"
 import type { MetricPair } from "effect"
+import type { EndpointState } from "../Chains/EndpointHealth.ts"
 import type { MatcherStatus } from "../Matcher/Matcher.ts"
 import type { ChainState, ChainStatus, ConsumerLag, Snapshot } from "./Status.ts"
 
@@ -193,6 +194,44 @@ export const fromSnapshot = (pairs: ReadonlyArray<MetricPair.MetricPair.Untyped>
 
 const states: ReadonlyArray<ChainState> = ["starting", "running", "backing-off", "stopped", "standby"]
 
+const endpointStates: ReadonlyArray<EndpointState> = ["healthy", "failing", "backing-off", "refused", "unchecked"]
+
+/**
+ * Each chain endpoint as this replica sees it, labelled by chain and `endpoint` (its host,
+ * never its path, query or credentials).
+ */
+const endpointFamilies = (chains: ReadonlyArray<ChainStatus>): ReadonlyArray<Family> => {
+  const all = chains.flatMap((chain) => chain.endpoints.map((endpoint) => ({ chain: chain.chain, endpoint })))
+  const of = (f: (e: (typeof all)[number]["endpoint"]) => number | null) =>
+    present(all, ({ chain, endpoint }) => {
+      const value = f(endpoint)
+      return value === null ? null : { labels: { chain, endpoint: endpoint.endpoint }, value }
+    })
+  return [
+    gauge(
+      "confirmd_endpoint_state",
+      "1 for the endpoint's current state: healthy, failing, backing-off (rate-limited), refused (wrong chain) or unchecked",
+      all.flatMap(({ chain, endpoint }) =>
+        endpointStates.map((state) => ({ labels: { chain, endpoint: endpoint.endpoint, state }, value: endpoint.state === state ? 1 : 0 }))
+      )
+    ),
+    gauge("confirmd_endpoint_latency_seconds", "Smoothed latency of the endpoint's answers", of((e) => e.latencyMs === null ? null : e.latencyMs / 1000)),
+    gauge(
+      "confirmd_endpoint_hedge_delay_seconds",
+      "How long a read waits for the endpoint before it is also sent to the next",
+      of((e) => e.hedgeDelayMs / 1000)
+    ),
+    gauge("confirmd_endpoint_consecutive_failures", "Failures of the endpoint since its last answer", of((e) => e.consecutiveFailures)),
+    gauge(
+      "confirmd_endpoint_backoff_until_timestamp_seconds",
+      "While rate-limited: when the endpoint is asked again (unix seconds)",
+      of((e) => e.until === null ? null : e.until / 1000)
+    ),
+    counter("confirmd_endpoint_requests_total", "Calls sent to the endpoint (probes not counted)", of((e) => e.requests)),
+    counter("confirmd_endpoint_failures_total", "Calls and probes of the endpoint that failed or were rate-limited", of((e) => e.failures))
+  ]
+}
+
 const present = <A, B>(items: ReadonlyArray<A>, f: (a: A) => B | null): Array<B> =>
   items.flatMap((item) => {
     const value = f(item)
@@ -289,6 +328,7 @@ export const snapshotFamilies = (snapshot: Snapshot): ReadonlyArray<Family> => {
       [{ labels: {}, value: snapshot.errors.length }]
     )
   ]
+  families.push(...endpointFamilies(chains))
   const matcher = (name: string, help: string, f: (m: MatcherStatus) => number) =>
     counter(name, help, snapshot.matcher.map((m) => ({ labels: { chain: m.chain }, value: f(m) })))
   families.push(
