@@ -185,7 +185,8 @@ export const makeFailover = <C>(kind: EndpointKind<C>, options: {
       check(endpoint).pipe(Effect.catchAll((error) =>
         Effect.zipRight(
           recordFailure(endpoint, error, Option.none()),
-          Effect.logWarning(`${kind.noun} unreachable at start; it is checked again before its first use`).pipe(
+          // Of several, the failure is logged by `recordFailure` already.
+          logged ? Effect.void : Effect.logWarning(`${kind.noun} unreachable at start; it is checked again before its first use`).pipe(
             Effect.annotateLogs({ ...annotations(endpoint), error: kind.describe(error) })
           )
         )
