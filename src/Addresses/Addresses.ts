@@ -1,10 +1,10 @@
 import { SqlClient } from "@effect/sql"
 import type { Fragment } from "@effect/sql/Statement"
-import { Effect, Either, Schema } from "effect"
-import { canonicalAddress, bitcoinParamsConfig } from "../Domain/Address.ts"
+import { Effect, Either, Option, Schema } from "effect"
+import { canonicalAddress, bitcoinParamsConfig, receiveAddressRefusal } from "../Domain/Address.ts"
 import { badRequest } from "../Domain/ApiErrors.ts"
 import { type ChainName, chainNames } from "../Domain/Chain.ts"
-import { AddressNotFound, UnsupportedChain } from "../Domain/Errors.ts"
+import { AddressNotFound, UnsupportedChain, UnusableReceiveAddress } from "../Domain/Errors.ts"
 import type { AccountId } from "../Domain/Ids.ts"
 import { traced } from "../Tracing/Methods.ts"
 
@@ -31,7 +31,12 @@ export class Addresses extends Effect.Service<Addresses>()("confirmd/Addresses",
       Effect.gen(function*() {
         if (!isChainName(chainInput)) return yield* new UnsupportedChain({ chain: chainInput })
         const chain = chainInput
-        const canonicals = yield* Effect.forEach(raws, (raw) => canonical(chain, raw))
+        const canonicals = yield* Effect.forEach(raws, (raw) =>
+          Effect.flatMap(canonical(chain, raw), (address) =>
+            Option.match(receiveAddressRefusal(chain, address), {
+              onNone: () => Effect.succeed(address),
+              onSome: (reason) => Effect.fail(new UnusableReceiveAddress({ address, reason }))
+            })))
         const unique = [...new Set(canonicals)]
         yield* sql`
           INSERT INTO addresses ${sql.insert(unique.map((address) => ({ account_id: accountId, chain, address })))}

@@ -175,3 +175,28 @@ export const canonicalAddress = (
   if (isEvm(chain)) return canonicalEvm(raw)
   return canonicalBitcoin(raw, typeof bitcoin === "string" ? defaults[bitcoin] : bitcoin)
 }
+
+/**
+ * EVM addresses below 2^16 (0x0000…0000 to 0x0000…ffff) are not wallets: the zero address
+ * (what is sent there is burnt) and the range the chains keep for code of their own: the
+ * precompiles of Ethereum and the rollups (0x01–0x11, 0x100), Arbitrum's (0x64–0xff),
+ * BNB Smart Chain's system contracts (0x1000–0x3000), zkSync's system contracts (0x8000 and
+ * up). No key controls them, so a payment to one could never be spent by the merchant.
+ */
+export const RESERVED_EVM_BELOW = 0x10000n
+
+/**
+ * Why a canonical address of `chain` cannot receive payments, if it cannot: a receive address
+ * must be one a merchant's wallet controls.
+ */
+export const receiveAddressRefusal = (chain: ChainName, canonical: string): Option.Option<string> => {
+  if (!isEvm(chain) || !evmShape.test(canonical)) return Option.none()
+  const value = BigInt(canonical)
+  if (value === 0n) return Option.some("it is the zero address: what is sent there is burnt, no wallet controls it")
+  return value < RESERVED_EVM_BELOW
+    ? Option.some(
+      "it is in the range kept for precompiled and system contracts (0x0000000000000000000000000000000000000001 " +
+        "to 0x000000000000000000000000000000000000ffff): no wallet controls it"
+    )
+    : Option.none()
+}

@@ -49,3 +49,23 @@ export class NoCallbackToSend extends Schema.TaggedError<NoCallbackToSend>()("No
   paymentId: Schema.String,
   status: Schema.Literal("PENDING", "PAID", "EXPIRED")
 }) {}
+
+/** A payment's callback was redelivered less than the redelivery interval ago. */
+export class RedeliveryTooSoon extends Schema.TaggedError<RedeliveryTooSoon>()("RedeliveryTooSoon", {
+  paymentId: Schema.String,
+  intervalSeconds: Schema.Int,
+  retryAfterSeconds: Schema.Int
+}) {}
+
+/** A client address has used up its signups for now. */
+export class SignupRateLimited extends Schema.TaggedError<SignupRateLimited>()("SignupRateLimited", {
+  limit: Schema.Int,
+  windowSeconds: Schema.Int,
+  retryAfterSeconds: Schema.Int
+}) {}
+
+/** An address no one can receive at (the zero address, a precompile or system contract). */
+export class UnusableReceiveAddress extends Schema.TaggedError<UnusableReceiveAddress>()("UnusableReceiveAddress", {
+  address: Schema.String,
+  reason: Schema.String
+}) {}

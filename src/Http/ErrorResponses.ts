@@ -3,10 +3,22 @@
  * their owners) becomes the contract's status and envelope. Handlers pass every service
  * failure through `respond`; an error already in the envelope passes unchanged.
  */
+import { HttpApp, HttpServerResponse } from "@effect/platform"
 import { Effect } from "effect"
 import type { ChainUnavailable } from "../Chains/ChainClients.ts"
 import { chainNames, donationChainNames } from "../Domain/Chain.ts"
-import { badRequest, type BadRequest, conflict, type Conflict, notFound, type NotFound, upstreamError, type UpstreamError } from "../Domain/ApiErrors.ts"
+import {
+  badRequest,
+  type BadRequest,
+  conflict,
+  type Conflict,
+  notFound,
+  type NotFound,
+  tooManyRequests,
+  type TooManyRequests,
+  upstreamError,
+  type UpstreamError
+} from "../Domain/ApiErrors.ts"
 import type {
   AddressNotFound,
   AddressNotRegistered,
@@ -14,9 +26,12 @@ import type {
   DonationChainNotOffered,
   NoCallbackToSend,
   PaymentNotFound,
+  RedeliveryTooSoon,
   SignupIntentNotFound,
+  SignupRateLimited,
   UnsupportedChain,
-  UnsupportedDonationChain
+  UnsupportedDonationChain,
+  UnusableReceiveAddress
 } from "../Domain/Errors.ts"
 import type { PriceUnavailable } from "../Price/PriceOracle.ts"
 
@@ -42,6 +57,16 @@ const responses = {
       `Payment '${e.paymentId}' has no callback to send: it is ${e.status}`,
       "A callback exists once the payment is PAID"
     ),
+  UnusableReceiveAddress: (e: UnusableReceiveAddress): BadRequest =>
+    badRequest(`Address '${e.address}' cannot receive payments: ${e.reason}`, "Register an address of a wallet you control"),
+  RedeliveryTooSoon: (e: RedeliveryTooSoon): TooManyRequests =>
+    tooManyRequests(
+      `Payment '${e.paymentId}' was redelivered less than ${e.intervalSeconds} s ago; retry in ${e.retryAfterSeconds} s`
+    ),
+  SignupRateLimited: (e: SignupRateLimited): TooManyRequests =>
+    tooManyRequests(
+      `Too many signups from this address: at most ${e.limit} per ${e.windowSeconds} s; retry in ${e.retryAfterSeconds} s`
+    ),
   // Price sources and chain nodes failing both surface as 502, with a hint naming what to check.
   PriceUnavailable: (e: PriceUnavailable): UpstreamError => upstreamError(e.message, e.hint),
   ChainUnavailable: (e: ChainUnavailable): UpstreamError =>
@@ -66,6 +91,23 @@ const isAnswerable = (error: unknown): error is Parameters<Responses[Tag]>[0] =>
 export const answer = <E>(error: E): Answered<E> =>
   (isAnswerable(error) ? (responses[error._tag] as (e: typeof error) => unknown)(error) : error) as Answered<E>
 
-/** A handler's effect with its domain errors answered in the envelope. */
+/** How long a refused client should wait, for the errors that say so. */
+const retryAfterOf = (error: unknown): number | undefined =>
+  typeof error === "object" && error !== null && "retryAfterSeconds" in error && typeof error.retryAfterSeconds === "number"
+    ? error.retryAfterSeconds
+    : undefined
+
+/**
+ * A handler's effect with its domain errors answered in the envelope; an error that says when
+ * to come back (429) also sets `Retry-After`, in whole seconds.
+ */
 export const respond = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, Answered<E>, R> =>
-  Effect.mapError(effect, answer)
+  effect.pipe(
+    Effect.tapError((error) => {
+      const seconds = retryAfterOf(error)
+      return seconds === undefined ? Effect.void : HttpApp.appendPreResponseHandler((_request, response) =>
+        Effect.succeed(HttpServerResponse.setHeader(response, "retry-after", String(Math.max(1, Math.ceil(seconds)))))
+      )
+    }),
+    Effect.mapError(answer)
+  )
