@@ -121,6 +121,15 @@ export class DeliveryOut extends Schema.Class<DeliveryOut>("DeliveryOut")({
 
 const PaymentPath = Schema.Struct({ payment_id: Schema.String })
 
+export const PaymentsListParams = Schema.Struct({
+  limit: Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 1000)).annotations({
+    description: "At most this many payments (1..1000); without it, all of them"
+  })),
+  cursor: Schema.optional(Schema.String.pipe(Schema.maxLength(128)).annotations({
+    description: "Where the page starts: from the `Link: <...>; rel=\"next\"` header of the page before"
+  }))
+})
+
 export class PaymentsApi extends HttpApiGroup.make("payments")
   .add(
     HttpApiEndpoint.post("create", "/payments")
@@ -138,7 +147,13 @@ export class PaymentsApi extends HttpApiGroup.make("payments")
   )
   .add(
     HttpApiEndpoint.get("list", "/payments")
+      .setUrlParams(PaymentsListParams)
       .addSuccess(Schema.Array(PaymentStatus))
+      .annotate(
+        OpenApi.Description,
+        "Without `limit`, every payment of the caller. With `limit`, at most that many, and when more follow, a " +
+          "`Link: </payments?limit=...&cursor=...>; rel=\"next\"` header with the next page's URL."
+      )
       .annotate(OpenApi.Summary, "All of the caller's payments, newest first")
   )
   .add(
@@ -165,9 +180,10 @@ export class PaymentsApi extends HttpApiGroup.make("payments")
       .addSuccess(DeliveryOut, { status: 202 })
       .addError(NotFoundResponse)
       .addError(ConflictResponse)
+      .addError(TooManyRequestsResponse)
       .annotate(
         OpenApi.Description,
-        "Sends the payment's callback again with a fresh attempt budget and the same `webhook-id`. A delivery still pending is already queued and stays as it is. 409 when the payment has no callback (it is not PAID)."
+        "Sends the payment's callback again with a fresh attempt budget and the same `webhook-id`. A delivery still pending is already queued and stays as it is. 409 when the payment has no callback (it is not PAID). At most once per payment per `REDELIVERY_INTERVAL_SECONDS` (60 s by default): 429 with `Retry-After` otherwise."
       )
       .annotate(OpenApi.Summary, "Send a payment's callback again")
   )

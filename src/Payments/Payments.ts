@@ -1,5 +1,5 @@
 import { SqlClient } from "@effect/sql"
-import { Effect, Option, Schema } from "effect"
+import { Config, Effect, Option, Schema } from "effect"
 import type { BigDecimal } from "effect"
 import { Accounts } from "../Accounts/Accounts.ts"
 import type { CurrentAccount } from "../Accounts/Authentication.ts"
@@ -8,7 +8,7 @@ import { ChainClients } from "../Chains/ChainClients.ts"
 import { type ChainName, isEvm } from "../Domain/Chain.ts"
 import { formatSmallest } from "../Domain/Money.ts"
 import { badRequest, type Forbidden, type TooManyRequests, validationError } from "../Domain/ApiErrors.ts"
-import { AddressNotRegistered, NoCallbackToSend, PaymentNotFound, UnsupportedChain } from "../Domain/Errors.ts"
+import { AddressNotRegistered, NoCallbackToSend, PaymentNotFound, RedeliveryTooSoon, UnsupportedChain } from "../Domain/Errors.ts"
 import { type AccountId, parseId, PaymentId } from "../Domain/Ids.ts"
 import { ChainConfirmationsRequired, maxConfirmations } from "../Matcher/Confirmations.ts"
 import { effectiveStatus, Lifetimes } from "../Watches/Lifetimes.ts"
@@ -42,6 +42,35 @@ const PaymentRow = Schema.Struct({
 type PaymentRow = typeof PaymentRow.Type
 const decodeRows = Schema.decodeUnknown(Schema.Array(PaymentRow))
 const parsePaymentId = parseId(PaymentId)
+
+/** A listed row, with its place in the order (`created_at` in microseconds since the epoch, exact). */
+const decodeListed = Schema.decodeUnknown(Schema.Array(Schema.Struct({ ...PaymentRow.fields, created_us: Schema.String })))
+
+/** Where a page of the list starts: after this payment (newest first, ties by id). */
+interface ListCursor {
+  readonly createdUs: string
+  readonly id: string
+}
+
+/** Opaque to clients: the last listed payment's place. */
+const encodeCursor = (cursor: ListCursor) => Buffer.from(`p:${cursor.createdUs}:${cursor.id}`).toString("base64url")
+const decodeCursor = (text: string): Option.Option<ListCursor> => {
+  // Bounded so that the statement never fails on it: a time before year 5000, a well-formed id.
+  const match = /^p:([0-9]{1,17}):([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/.exec(
+    Buffer.from(text, "base64url").toString("utf8")
+  )
+  return match === null ? Option.none() : Option.some({ createdUs: match[1]!, id: match[2]! })
+}
+
+const badCursor = validationError([{ loc: ["query", "cursor"], msg: "cursor is not one this service returned", type: "value_error" }])
+
+const decodeSlot = Schema.decodeUnknown(Schema.Array(Schema.Struct({ taken: Schema.Boolean, wait: Schema.NullOr(Schema.Int) })))
+
+/** `REDELIVERY_INTERVAL_SECONDS`: the least time between two redeliveries of one payment; 0: no limit. */
+export const RedeliveryInterval = Config.integer("REDELIVERY_INTERVAL_SECONDS").pipe(
+  Config.withDefault(60),
+  Config.validate({ message: "REDELIVERY_INTERVAL_SECONDS must be 0 or more", validation: (n) => n >= 0 })
+)
 
 /**
  * The payment statement's one row: the address picked (none: no address on the chain) and the
@@ -106,6 +135,7 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
     const lifetimes = yield* Lifetimes
     const deliveryLog = yield* DeliveryLog
     const defaultRequired = yield* ChainConfirmationsRequired
+    const redeliveryInterval = yield* RedeliveryInterval
 
     /** A threshold stored before payments had their own is the chain's current default. */
     const requiredOf = (row: PaymentRow) =>
@@ -241,17 +271,43 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
         })
       })
 
-    const select = sql.literal(`SELECT id, ${effectiveStatus} AS status, chain, address, asset, token_contract,
+    const columns = `id, ${effectiveStatus} AS status, chain, address, asset, token_contract,
               amount_smallest::text AS amount_smallest, usd_amount::text AS usd_amount, tx_hash, confirmations,
-              amount_received::text AS amount_received, exception, confirmations_required, wait_for_finality, expires_at
-              FROM payments`)
+              amount_received::text AS amount_received, exception, confirmations_required, wait_for_finality, expires_at`
+    const select = sql.literal(`SELECT ${columns} FROM payments`)
+    const listSelect = sql.literal(
+      `SELECT ${columns}, (extract(epoch FROM created_at) * 1000000)::bigint::text AS created_us FROM payments`
+    )
+    const epoch = sql.literal("'epoch'::timestamptz")
 
-    const list = (accountId: AccountId) =>
-      sql`${select} WHERE account_id = ${accountId} ORDER BY created_at DESC, id`.pipe(
-        Effect.flatMap(decodeRows),
-        Effect.orDie,
-        Effect.map((rows) => rows.map(toStatus))
-      )
+    /**
+     * The account's payments, newest first: all of them, or a page of at most `limit` after
+     * `cursor`, with the cursor of the next page when there is one.
+     */
+    const list = (accountId: AccountId, page: { readonly limit?: number | undefined; readonly cursor?: string | undefined } = {}) =>
+      Effect.gen(function*() {
+        const after = page.cursor === undefined ? Option.none<ListCursor>() : decodeCursor(page.cursor)
+        if (page.cursor !== undefined && Option.isNone(after)) return yield* badCursor
+        const rows = yield* sql`
+          ${listSelect} WHERE account_id = ${accountId}
+          ${
+          Option.match(after, {
+            onNone: () => sql``,
+            onSome: (cursor) =>
+              sql`AND (created_at, id) < (${epoch} + ${cursor.createdUs}::bigint * interval '1 microsecond', ${cursor.id}::uuid)`
+          })
+        }
+          ORDER BY created_at DESC, id DESC
+          ${page.limit === undefined ? sql`` : sql`LIMIT ${page.limit + 1}`}`.pipe(Effect.flatMap(decodeListed), Effect.orDie)
+        const shown = page.limit === undefined ? rows : rows.slice(0, page.limit)
+        const last = shown.at(-1)
+        return {
+          payments: shown.map(toStatus),
+          next: rows.length > shown.length && last !== undefined
+            ? Option.some(encodeCursor({ createdUs: last.created_us, id: last.id }))
+            : Option.none<string>()
+        }
+      })
 
     const get = (accountId: AccountId, paymentId: string) =>
       Effect.gen(function*() {
@@ -273,11 +329,37 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
         return Option.toArray(Option.map(delivery, toDeliveryOut))
       })
 
+    /**
+     * Takes the payment's redelivery slot: one conditional update, so that replicas agree on
+     * who got it. None: taken less than the interval ago, with the seconds left.
+     */
+    const takeRedeliverySlot = (id: string) =>
+      sql`
+        WITH taken AS (
+          UPDATE payments SET redelivered_at = now()
+          WHERE id = ${id}::uuid
+            AND (redelivered_at IS NULL OR redelivered_at <= now() - ${redeliveryInterval} * interval '1 second')
+          RETURNING id
+        )
+        SELECT EXISTS (SELECT 1 FROM taken) AS taken,
+               ceil(extract(epoch FROM redelivered_at + ${redeliveryInterval} * interval '1 second' - now()))::int AS wait
+        FROM payments WHERE id = ${id}::uuid`.pipe(
+        Effect.flatMap(decodeSlot),
+        Effect.orDie,
+        Effect.map(([row]) => row === undefined || row.taken ? Option.none<number>() : Option.some(Math.max(1, row.wait ?? 1)))
+      )
+
     const redeliver = (accountId: AccountId, paymentId: string) =>
       Effect.gen(function*() {
         const payment = yield* get(accountId, paymentId)
         const noCallback = new NoCallbackToSend({ paymentId, status: payment.status })
         if (payment.status !== "PAID") return yield* noCallback
+        if (redeliveryInterval > 0) {
+          const wait = yield* takeRedeliverySlot(payment.payment_id)
+          if (Option.isSome(wait)) {
+            return yield* new RedeliveryTooSoon({ paymentId, intervalSeconds: redeliveryInterval, retryAfterSeconds: wait.value })
+          }
+        }
         const delivery = yield* deliveryLog.redeliver(eventId.paymentPaid(paymentId)).pipe(Effect.orDie)
         return Option.isSome(delivery) ? toDeliveryOut(delivery.value) : yield* noCallback
       })
