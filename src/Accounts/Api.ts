@@ -5,6 +5,7 @@ import { UsdAmountInput } from "../Domain/Money.ts"
 import {
   BadRequestResponse,
   NotFoundResponse,
+  TooManyRequestsResponse,
   UpstreamErrorResponse
 } from "../Domain/ApiErrors.ts"
 import { DateTimeString, DecimalString } from "../Domain/Schemas.ts"
@@ -134,10 +135,12 @@ export class PublicApi extends HttpApiGroup.make("public")
       .setPayload(SignupIn)
       .addSuccess(Schema.Union(DonationSignupOut, SignupOut))
       .addError(BadRequestResponse)
+      .addError(TooManyRequestsResponse)
       .addError(UpstreamErrorResponse)
       .annotate(
         OpenApi.Description,
-        "Sign up by donation (returns the API key at once with a pending account, activated when the donation is confirmed) or by subscribing to a paid plan (active at once)."
+        "Sign up by donation (returns the API key at once with a pending account, activated when the donation is confirmed) or by subscribing to a paid plan (active at once). " +
+          "Limited per client address (`SIGNUP_RATE_LIMIT` per `SIGNUP_RATE_WINDOW_SECONDS`, 30 an hour by default): 429 with `Retry-After` beyond it."
       )
       .annotate(OpenApi.Summary, "Create an account and get an API key")
   )

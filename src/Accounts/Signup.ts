@@ -1,14 +1,16 @@
 /**
  * Signup, pending-account flow: a donation signup returns the API key at once with a pending
  * subscription and a signup intent; the intent's confirmation on chain activates the account.
+ * Signups are limited per client address (`SIGNUP_RATE_LIMIT`).
  */
+import { RateLimiter } from "@effect/experimental"
 import { SqlClient } from "@effect/sql"
-import { BigDecimal, Effect, Option, Redacted, Schema } from "effect"
+import { BigDecimal, Config, Duration, Effect, Option, Redacted, Schema } from "effect"
 import { chainOfDonationChain, chains, DonationChainName } from "../Domain/Chain.ts"
 import { formatSmallest } from "../Domain/Money.ts"
 import { DonationAddresses } from "../Donations/DonationAddresses.ts"
 import { badRequest } from "../Domain/ApiErrors.ts"
-import { SignupIntentNotFound } from "../Domain/Errors.ts"
+import { SignupIntentNotFound, SignupRateLimited } from "../Domain/Errors.ts"
 import { AccountId, IntentId, parseId } from "../Domain/Ids.ts"
 import { effectiveStatus, Lifetimes } from "../Watches/Lifetimes.ts"
 import { native, Watches } from "../Watches/Watches.ts"
@@ -50,6 +52,21 @@ const intentOut = (row: IntentRow) =>
     expires_at: row.expires_at.toISOString()
   })
 
+/**
+ * `SIGNUP_RATE_LIMIT` signups per client address per `SIGNUP_RATE_WINDOW_SECONDS`, as a token
+ * bucket: the whole allowance at once, then one more each window / limit. 0 turns it off.
+ */
+export const SignupRateLimit = Config.all({
+  limit: Config.integer("SIGNUP_RATE_LIMIT").pipe(
+    Config.withDefault(30),
+    Config.validate({ message: "SIGNUP_RATE_LIMIT must be 0 or more", validation: (n) => n >= 0 })
+  ),
+  windowSeconds: Config.integer("SIGNUP_RATE_WINDOW_SECONDS").pipe(
+    Config.withDefault(3600),
+    Config.validate({ message: "SIGNUP_RATE_WINDOW_SECONDS must be positive", validation: (n) => n > 0 })
+  )
+})
+
 export class Signup extends Effect.Service<Signup>()("confirmd/Signup", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -57,6 +74,30 @@ export class Signup extends Effect.Service<Signup>()("confirmd/Signup", {
     const donations = yield* DonationAddresses
     const watches = yield* Watches
     const lifetimes = yield* Lifetimes
+    const rate = yield* SignupRateLimit
+    // Kept in this replica's memory: each replica allows the limit on its own.
+    const limiter = yield* RateLimiter.make.pipe(Effect.provide(RateLimiter.layerStoreMemory))
+
+    /** Takes one of the client's signups, or fails saying when the next one is due. */
+    const admit = (client: string) =>
+      rate.limit === 0 ? Effect.void : limiter.consume({
+        algorithm: "token-bucket",
+        onExceeded: "fail",
+        window: Duration.seconds(rate.windowSeconds),
+        limit: rate.limit,
+        key: client
+      }).pipe(
+        Effect.asVoid,
+        Effect.catchAll((error) =>
+          error.reason === "Exceeded"
+            ? Effect.fail(new SignupRateLimited({
+              limit: rate.limit,
+              windowSeconds: rate.windowSeconds,
+              retryAfterSeconds: Math.max(1, Math.ceil(Duration.toSeconds(error.retryAfter)))
+            }))
+            : Effect.die(error)
+        )
+      )
 
     const subscribe = (input: SignupIn) =>
       Effect.gen(function*() {
@@ -121,8 +162,10 @@ export class Signup extends Effect.Service<Signup>()("confirmd/Signup", {
         })
       })
 
-    const signup = (input: SignupIn) =>
+    /** `client`: the caller's address (Http/ClientAddress.ts), the key of its limit. */
+    const signup = (input: SignupIn, client: string) =>
       Effect.gen(function*() {
+        yield* admit(client)
         if (input.method === "subscribe") return yield* subscribe(input)
         if (input.usd_amount === null) return yield* badRequest("usd_amount is required for method 'donation'")
         return yield* donate(input, input.usd_amount)

@@ -21,6 +21,7 @@ import { Authentication, CurrentAccount } from "../Accounts/Authentication.ts"
 import { isPlanName } from "../Accounts/Plans.ts"
 import { Signup } from "../Accounts/Signup.ts"
 import type { AccountId } from "../Domain/Ids.ts"
+import { clientAddress } from "./ClientAddress.ts"
 import { respond } from "./ErrorResponses.ts"
 
 export const PublicLive = HttpApiBuilder.group(ConfirmdApi, "public", (handlers) =>
@@ -54,7 +55,7 @@ export const PublicLive = HttpApiBuilder.group(ConfirmdApi, "public", (handlers)
     )
     return handlers
       .handle("signupOptions", () => Effect.succeed(options))
-      .handle("signup", ({ payload }) => respond(signup.signup(payload)))
+      .handle("signup", ({ payload }) => Effect.flatMap(clientAddress, (client) => respond(signup.signup(payload, client))))
       .handle("signupStatus", ({ path }) => respond(signup.status(path.intent_id)))
       .handle("plans", () => Effect.succeed(planList))
       .handle("health", () => health)
