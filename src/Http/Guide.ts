@@ -47,7 +47,8 @@ Donation chains (signup and challenges): bitcoin, ethereum, binance (= bnb).
 - A challenge created with a \`callback_url\` returns its own \`webhook_secret\`.
 - Delivery log: \`GET /payments/{id}/deliveries\` (state pending/delivered/dropped, every attempt with
   time, HTTP status or error, duration). \`POST /payments/{id}/redeliver\` sends it again with a fresh
-  attempt budget and the same \`webhook-id\` (409 unless the payment is PAID).
+  attempt budget and the same \`webhook-id\` (409 unless the payment is PAID), at most once a minute
+  per payment by default (429 with \`Retry-After\` otherwise).
 - \`POST /account/api-key/rotate\` returns a new key (shown once); the old key gets 401 at once.
 
 ## Stablecoins
@@ -78,7 +79,14 @@ One transaction may pay several payments.
 - Errors: \`{"error":{"code","message","hint"}}\`; 422 puts the validation issues in \`hint\`.
 - Send only the documented body fields: an unknown field is refused (422 naming it), as is any
   control character in a text input. Bodies over 64 KiB (by default) get 413.
+- Bodies are JSON in UTF-8: another charset gets 415, bytes that are not UTF-8 get 400, a key
+  given twice in one object gets 422 naming it.
 - \`callback_url\` must reach a public address; private and special-purpose ranges are refused (400).
+- Receive addresses must be wallets: the zero address and the EVM range below 0x…10000
+  (precompiles and system contracts) are refused (400).
+- \`GET /payments\` lists every payment, newest first; with \`?limit=N\` (1..1000) it returns a page and,
+  when more follow, a \`Link: <…>; rel="next"\` header with the next page's URL.
+- \`POST /signup\` is limited per client address (30 an hour by default): 429 with \`Retry-After\`.
 - Every response carries an \`X-Request-Id\` header.
 
 Full reference: /llms-full.txt. Machine-readable: /openapi.json. Interactive: /docs.
