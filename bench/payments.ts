@@ -249,8 +249,9 @@ export const run = Effect.gen(function*() {
       yield* app.request("POST", "/addresses", { key, json: { chain: "ethereum", addresses: [address] } })
       return key
     })
-  const serviceAddress = "0x00000000000000000000000000000000000000a1"
-  const bareAddress = "0x00000000000000000000000000000000000000b1"
+  // Above the range refused as receive addresses (precompiles and system contracts, below 0x10000).
+  const serviceAddress = "0x00000000000000000000000000000000000100a1"
+  const bareAddress = "0x00000000000000000000000000000000000100b1"
   const serviceKey = yield* merchant(serviceAddress)
   const bareKey = yield* merchant(bareAddress)
 
