@@ -72,6 +72,16 @@ export const sampled = (health: EndpointHealth, ms: number): EndpointHealth => {
 }
 
 /**
+ * A call it had not answered after `ms` when another endpoint's answer won: its latency is at
+ * least that, at once (not smoothed), so a hung endpoint ranks behind the others from its
+ * first lost race until it answers again.
+ */
+export const outlasted = (health: EndpointHealth, ms: number): EndpointHealth =>
+  ms <= health.latencyMs
+    ? health
+    : { ...health, latencyMs: ms, lastLatencyMs: Option.some(ms), latencySamples: Math.max(1, health.latencySamples) }
+
+/**
  * An answer (after `ms`, when it is a call's: the chain-id check's first, cold connection says
  * nothing of the endpoint's latency): the run of failures and rate limits ends.
  */

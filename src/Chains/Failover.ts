@@ -27,8 +27,8 @@ import {
   type HedgeBounds,
   hedgeDelayMs,
   initialHealth,
+  outlasted,
   rateLimited,
-  sampled,
   statusOf
 } from "./EndpointHealth.ts"
 
@@ -209,7 +209,7 @@ export const makeFailover = <C>(kind: EndpointKind<C>, options: {
           // Lost a hedge race: it kept the call waiting at least this long.
           Effect.onInterrupt(() =>
             Effect.flatMap(Clock.currentTimeMillis, (now) =>
-              Ref.update(endpoint.health, (h) => now - started > h.latencyMs ? sampled(h, now - started) : h)))
+              Ref.update(endpoint.health, (h) => outlasted(h, now - started))))
         )
         const ms = (yield* Clock.currentTimeMillis) - started
         if (result._tag === "Right") {
