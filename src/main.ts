@@ -2,6 +2,7 @@ import type { HttpRouter, HttpServer } from "@effect/platform"
 import { NodeRuntime } from "@effect/platform-node"
 import { Effect, Layer, Logger } from "effect"
 import { Accounts } from "./Accounts/Accounts.ts"
+import { KeyCache } from "./Accounts/KeyCache.ts"
 import { Signup } from "./Accounts/Signup.ts"
 import { Addresses } from "./Addresses/Addresses.ts"
 import { Challenges } from "./Challenges/Challenges.ts"
@@ -51,6 +52,7 @@ const BackgroundLive = MonitorRunningLive.pipe(Layer.provideMerge(MonitorLive))
 const ServicesLive = Layer.mergeAll(Payments.Default, Signup.Default, Challenges.Default).pipe(
   Layer.provideMerge(DeliveryLog.Default),
   Layer.provideMerge(Layer.mergeAll(Accounts.Default, Addresses.Default, Watches.Default, DonationAddresses.Default)),
+  Layer.provideMerge(KeyCache.Default),
   Layer.provideMerge(
     Layer.mergeAll(
       PriceOracle.Default,

@@ -1,7 +1,7 @@
 /**
  * Accounts, API keys and subscriptions. Keys are 32 random bytes shown once as 64 hex
  * characters; only their SHA-256 is stored. Rotating a key replaces the stored hash, so the
- * old key stops working with the rotation's commit.
+ * old key stops working with the rotation's commit, on every replica (KeyCache.ts).
  */
 import { SqlClient } from "@effect/sql"
 import type { Fragment } from "@effect/sql/Statement"
@@ -17,6 +17,7 @@ import {
 } from "../Domain/ApiErrors.ts"
 import { AccountId, newUuid } from "../Domain/Ids.ts"
 import { WebhookSecrets } from "../Webhooks/WebhookSecrets.ts"
+import { API_KEYS_CHANNEL, KeyCache } from "./KeyCache.ts"
 import { BILLING_PERIOD_DAYS, type Plan, PlanName, plans, StarterMinDonationUsd } from "./Plans.ts"
 import { traced } from "../Tracing/Methods.ts"
 
@@ -35,12 +36,7 @@ export const SubscriptionRow = Schema.Struct({
 })
 export type SubscriptionRow = typeof SubscriptionRow.Type
 
-/** The account of a key with its subscription's columns, all null when it has none. */
-const KeyRow = Schema.Union(
-  Schema.Struct({ id: AccountId, ...SubscriptionRow.fields }),
-  Schema.Struct({ id: AccountId, plan: Schema.Null })
-)
-const decodeKeyRows = Schema.decodeUnknown(Schema.Array(KeyRow))
+const decodeKeyRows = Schema.decodeUnknown(Schema.Array(Schema.Struct({ id: AccountId })))
 const decodeSubscriptionRows = Schema.decodeUnknown(Schema.Array(SubscriptionRow))
 
 export const AccountRow = Schema.Struct({ id: AccountId, email: Schema.NullOr(Schema.String) })
@@ -80,30 +76,33 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const webhookSecrets = yield* WebhookSecrets
+    const keys = yield* KeyCache
     const planTable = plans(yield* StarterMinDonationUsd)
     const planOf = (name: PlanName): Plan => planTable.find((p) => p.name === name)!
 
+    /** The subscription as it stands, without rolling an ended period forward (`refusalOf` counts it fresh). */
+    const currentSubscription = (accountId: AccountId) =>
+      sql`SELECT plan, status, events_used, period_start, period_end FROM subscriptions WHERE account_id = ${accountId}`.pipe(
+        Effect.flatMap(decodeSubscriptionRows),
+        Effect.orDie,
+        Effect.map((rows) => Option.fromNullable(rows[0]))
+      )
+
+    /** The key's account: cached per replica, dropped on every replica by a rotation (KeyCache.ts). */
     const authenticate = (key: Redacted.Redacted<string>) => {
       const raw = Redacted.value(key).trim().toLowerCase()
       if (!API_KEY.test(raw)) return Effect.fail(unauthorized())
       const keyHash = hashApiKey(raw)
-      // The subscription comes along, so that an endpoint can refuse by it before any other work.
-      return sql`
-        SELECT a.id, s.plan, s.status, s.events_used, s.period_start, s.period_end
-        FROM accounts a LEFT JOIN subscriptions s ON s.account_id = a.id
-        WHERE a.api_key_hash = ${keyHash}`.pipe(
+      const read = sql`SELECT id FROM accounts WHERE api_key_hash = ${keyHash}`.pipe(
         Effect.flatMap(decodeKeyRows),
         Effect.orDie,
-        Effect.flatMap((rows) => {
-          const row = rows[0]
-          if (row === undefined) return Effect.fail(unauthorized())
-          return Effect.succeed({
-            id: row.id,
-            keyHash,
-            subscription: row.plan === null ? Option.none<SubscriptionRow>() : Option.some<SubscriptionRow>(row)
-          })
-        })
+        Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), (row) => row.id))
       )
+      return Effect.flatMap(keys.lookup(keyHash, read), (found) =>
+        Option.match(found, {
+          onNone: () => Effect.fail(unauthorized()),
+          onSome: (id) => Effect.succeed({ id, keyHash, subscription: currentSubscription(id) })
+        }))
     }
 
     /** Creates the account, its subscription and its webhook signing secret; run inside the caller's transaction. */
@@ -130,10 +129,14 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
     const rotateApiKey = (account: { readonly id: AccountId; readonly keyHash: string }) =>
       Effect.gen(function*() {
         const apiKey = newApiKey()
+        // The NOTIFY belongs to the statement, so every replica hears of it with the commit.
         const replaced = yield* sql`
-          UPDATE accounts SET api_key_hash = ${hashApiKey(apiKey)}
-          WHERE id = ${account.id} AND api_key_hash = ${account.keyHash}
-          RETURNING id`.pipe(Effect.orDie)
+          WITH replaced AS (
+            UPDATE accounts SET api_key_hash = ${hashApiKey(apiKey)}
+            WHERE id = ${account.id} AND api_key_hash = ${account.keyHash}
+            RETURNING id)
+          SELECT id, pg_notify(${API_KEYS_CHANNEL}, ${account.keyHash}) FROM replaced`.pipe(Effect.orDie)
+        yield* keys.forget(account.keyHash)
         if (replaced.length === 0) return yield* unauthorized()
         return apiKey
       })
@@ -162,10 +165,11 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
         Effect.map((rows) => Option.fromNullable(rows[0]))
       )
 
-    /** Fails with the 403/429 `subscription` (as read with the key, say) gets, if any. */
-    const requireUsable = (subscription: Option.Option<SubscriptionRow>) =>
-      Effect.flatMap(Clock.currentTimeMillis, (now) =>
-        Option.match(refusalOf(subscription, planOf, new Date(now)), { onNone: () => Effect.void, onSome: Effect.fail }))
+    /** Fails with the 403/429 the subscription (`CurrentAccount.subscription`, say) gets, if any. */
+    const requireUsable = (subscription: Effect.Effect<Option.Option<SubscriptionRow>>) =>
+      Effect.zipWith(subscription, Clock.currentTimeMillis, (current, now) => refusalOf(current, planOf, new Date(now))).pipe(
+        Effect.flatMap(Option.match({ onNone: () => Effect.void, onSome: Effect.fail }))
+      )
 
     /** Each plan's monthly event limit, as SQL (the names and numbers are the plan table's). */
     const eventLimit = sql.literal(

@@ -1,5 +1,5 @@
 import { HttpApiMiddleware, HttpApiSecurity } from "@effect/platform"
-import type { Option } from "effect"
+import type { Effect, Option } from "effect"
 import { Context } from "effect"
 import { UnauthorizedResponse } from "../Domain/ApiErrors.ts"
 import type { AccountId } from "../Domain/Ids.ts"
@@ -12,8 +12,8 @@ export class CurrentAccount extends Context.Tag("confirmd/CurrentAccount")<
     readonly id: AccountId
     /** The hash of the key this request came with (a key rotation replaces exactly that key). */
     readonly keyHash: string
-    /** The subscription as read with the key, for refusing early; statements that use it check again. */
-    readonly subscription: Option.Option<SubscriptionRow>
+    /** The subscription, read when run (for refusing early; statements that use it check again). */
+    readonly subscription: Effect.Effect<Option.Option<SubscriptionRow>>
   }
 >() {}
 
