@@ -17,6 +17,7 @@ import { native, Watches } from "../Watches/Watches.ts"
 import { Accounts } from "./Accounts.ts"
 import { DonationIntentOut, DonationSignupOut, IntentStatusOut, type SignupIn, SignupOut } from "./Api.ts"
 import { isPlanName, paidPlans } from "./Plans.ts"
+import { layerStoreMemoryBounded } from "./RateLimitStore.ts"
 import { traced } from "../Tracing/Methods.ts"
 
 const IntentRow = Schema.Struct({
@@ -76,7 +77,7 @@ export class Signup extends Effect.Service<Signup>()("confirmd/Signup", {
     const lifetimes = yield* Lifetimes
     const rate = yield* SignupRateLimit
     // Kept in this replica's memory: each replica allows the limit on its own.
-    const limiter = yield* RateLimiter.make.pipe(Effect.provide(RateLimiter.layerStoreMemory))
+    const limiter = yield* RateLimiter.make.pipe(Effect.provide(layerStoreMemoryBounded))
 
     /** Takes one of the client's signups, or fails saying when the next one is due. */
     const admit = (client: string) =>
