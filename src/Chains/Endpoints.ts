@@ -77,9 +77,12 @@ export const rateLimit = (error: unknown, now: number): Option.Option<Option.Opt
   return rateLimitMessage.test(message) ? Option.some(Option.none()) : Option.none()
 }
 
-// viem's full messages repeat the URL (which may hold an API key) and the request body. The
-// innermost cause, when it is not viem's own, says what happened on the wire (ECONNREFUSED, ...).
-const describe = (error: unknown): string => {
+/**
+ * A viem error as one line. viem's full messages repeat the URL (which may hold an API key)
+ * and the request body; the innermost cause, when it is not viem's own, says what happened on
+ * the wire (ECONNREFUSED, ENOTFOUND, ...).
+ */
+export const describeRpcError = (error: unknown): string => {
   if (!(error instanceof BaseError)) return String(error)
   const root = error.walk()
   const wire = root instanceof Error && !(root instanceof BaseError) && root.message !== error.details ? root.message : undefined
@@ -144,7 +147,7 @@ export const makeEndpointPool = (options: {
       connect,
       rateLimit,
       isAnswer,
-      describe,
+      describe: describeRpcError,
       failure: (message, details) => new BaseError(message, details === undefined ? {} : { details }),
       probe: (connection) => ask(connection, { method: "eth_blockNumber" }),
       refusalHint: ` (CHAIN_ID_${options.chainName.toUpperCase()})`

@@ -1,9 +1,10 @@
 /** EVM chains through viem public clients. */
 import { Duration, Effect, Option, Schema } from "effect"
-import { BaseError, type Chain, createPublicClient, HttpRequestError, type PublicClient, RpcError, type Transport } from "viem"
+import { type Chain, createPublicClient, HttpRequestError, type PublicClient, RpcError, type Transport } from "viem"
 import { arbitrum, avalanche, base, bsc, linea, mainnet, optimism, polygon, zksync } from "viem/chains"
 import type { ChainName } from "../Domain/Chain.ts"
 import { type ChainBlock, ChainUnavailable } from "./Block.ts"
+import { describeRpcError } from "./Endpoints.ts"
 import { type BlockReading, makeBlockReader, NodeRefused, type RpcRequest, type TracesSetting } from "./EvmBlocks.ts"
 
 export type EvmChainName = Exclude<ChainName, "bitcoin">
@@ -40,15 +41,6 @@ export interface EvmClient {
   readonly reading: Effect.Effect<BlockReading, ChainUnavailable>
 }
 
-// viem's full messages repeat the URL (which may hold an API key) and the request body. The
-// innermost cause, when it is not viem's own, says what happened on the wire (ENOTFOUND, ...).
-const describe = (error: unknown): string => {
-  if (!(error instanceof BaseError)) return String(error)
-  const root = error.walk()
-  const wire = root instanceof Error && !(root instanceof BaseError) && root.message !== error.details ? root.message : undefined
-  return [error.shortMessage.replace(/\.$/, ""), error.details, wire].filter((s) => s !== undefined && s !== "").join(": ")
-}
-
 const refusedStatus = (status: number | undefined) => status !== undefined && status >= 400 && status < 500 && status !== 429
 
 export interface EvmReadOptions {
@@ -78,7 +70,7 @@ export const makeEvmClient = (
     )
 
   const call = <A>(what: string, f: () => Promise<A>): Effect.Effect<A, ChainUnavailable> =>
-    attempt(what, f, (error) => new ChainUnavailable({ chain, message: `${what}: ${describe(error)}` }))
+    attempt(what, f, (error) => new ChainUnavailable({ chain, message: `${what}: ${describeRpcError(error)}` }))
 
   // A node that answers "no" (a JSON-RPC error, or an HTTP 4xx other than 429 as some providers
   // send for methods they do not offer) is told apart from one that cannot be reached.
@@ -87,8 +79,8 @@ export const makeEvmClient = (
     return (method, params) =>
       attempt(method, () => raw({ method, params }), (error) =>
         error instanceof RpcError || (error instanceof HttpRequestError && refusedStatus(error.status))
-          ? new NodeRefused({ method, message: describe(error) })
-          : new ChainUnavailable({ chain, message: `${method}: ${describe(error)}` }))
+          ? new NodeRefused({ method, message: describeRpcError(error) })
+          : new ChainUnavailable({ chain, message: `${method}: ${describeRpcError(error)}` }))
   }
   const reader = yield* makeBlockReader({
     chain,
