@@ -1,7 +1,9 @@
 /**
  * What an operator reads when upstreams fail, from the real process's JSON log lines: a chain
  * node, a price source and a callback target failing are each one line naming what failed,
- * the host (never credentials, path or query) and a short reason, with no stack trace.
+ * the host (never credentials, path or query) and a short reason, with no stack trace. A node
+ * that stays down is one line, then at most one per FAILURE_LOG_INTERVAL_SECONDS, however often
+ * its ingester restarts.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
@@ -39,7 +41,8 @@ describe("logs of upstream failures", () => {
         PRICE_COINGECKO_URL: `http://127.0.0.1:${deadPrices}`,
         POLL_INTERVAL_MS: "200",
         CALLBACK_ALLOW_PRIVATE_NETWORKS: "true",
-        CALLBACK_MAX_RETRIES: "1"
+        CALLBACK_MAX_RETRIES: "1",
+        FAILURE_LOG_INTERVAL_SECONDS: "10"
       }
       yield* startService(env, { cwd, onOutput: (chunk) => (output += chunk) })
       const base = `http://127.0.0.1:${port}`
@@ -77,6 +80,27 @@ describe("logs of upstream failures", () => {
         expect(line.cause).toBeUndefined()
         expect(JSON.stringify(line).length).toBeLessThan(600)
       }
+      // A window of the dead node's failures: restarted every few seconds, logged once, then a
+      // summary at most every 10 s.
+      const ingesterBnb = () => lines().filter((line) => line.annotations.fiber === "ingester bnb")
+      const restarts = (s: { fibers?: Array<{ name: string; restarts: number }> }) =>
+        s.fibers?.find((f) => f.name === "ingester bnb")?.restarts ?? 0
+      const status = Effect.map(call(base, "GET", "/ops/status"), (r) => r.body)
+      const start = yield* status
+      const logged = ingesterBnb().length
+      const end = yield* eventually(status, (s) => restarts(s) >= restarts(start) + 12, 90)
+      const window = ingesterBnb().slice(logged)
+      expect(window.length).toBeLessThanOrEqual(Math.ceil((restarts(end) - restarts(start)) * 3 / 10) + 1)
+      expect(window.length).toBeLessThan(restarts(end) - restarts(start))
+      expect(window.length).toBeGreaterThanOrEqual(1)
+      expect(ingesterBnb().filter((line) => line.message === "ingester failed; restarting after a backoff")).toHaveLength(1)
+      for (const line of window) {
+        expect(line).toMatchObject({ message: "ingester still failing; restarting after each backoff", logLevel: "ERROR" })
+        expect(line.annotations).toMatchObject({ chain: "bnb", host: `127.0.0.1:${deadNode}` })
+        expect(line.annotations.attempts).toEqual(expect.any(Number))
+        expect(line.annotations.failingForSeconds).toEqual(expect.any(Number))
+      }
+
       // No stack trace and no secret anywhere in the log.
       expect(output).not.toMatch(/\n\s+at /)
       expect(output).not.toContain("secret")
