@@ -47,6 +47,19 @@ export const MaxBodyBytes = Config.integer("MAX_BODY_BYTES").pipe(
 )
 
 /**
+ * Where a decoding issue lies: the platform does not say whether it decoded the query or the
+ * body, so an issue of a query parameter the request carries, on a method without a body, is
+ * the query's.
+ */
+const sourceOf = (request: HttpServerRequest.HttpServerRequest, field: unknown): "query" | "body" => {
+  const at = request.url.indexOf("?")
+  return typeof field === "string" && at !== -1 && ["GET", "HEAD", "DELETE"].includes(request.method) &&
+      new URLSearchParams(request.url.slice(at + 1)).has(field)
+    ? "query"
+    : "body"
+}
+
+/**
  * Failures raised around the handlers (body decoding, unknown routes, defects) become the
  * spec's envelope here, inside the API, where declared errors are encoded; the request guard
  * (RequestGuard.ts) runs first, for every route.
@@ -56,10 +69,10 @@ const RequestErrorsLive = HttpApiBuilder.middleware(Effect.gen(function*() {
   const fence = yield* SchemaFence
   const guard = makeRequestGuard(ConfirmdApi)
   const tooLarge = payloadTooLarge(`Request body exceeds ${maxBytes} bytes`)
-  const toEnvelopeError = (error: unknown): unknown => {
+  const toEnvelopeError = (error: unknown, request: HttpServerRequest.HttpServerRequest): unknown => {
     if (error instanceof HttpApiDecodeError) {
       return validationError(error.issues.map((issue): ValidationIssue => ({
-        loc: ["body", ...issue.path.map((p) => typeof p === "symbol" ? String(p) : p)],
+        loc: [sourceOf(request, issue.path[0]), ...issue.path.map((p) => typeof p === "symbol" ? String(p) : p)],
         msg: issue.message,
         type: issue._tag
       })))
@@ -91,11 +104,13 @@ const RequestErrorsLive = HttpApiBuilder.middleware(Effect.gen(function*() {
       return yield* (app as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, HttpServerRequest.HttpServerRequest>)
     }).pipe(
       HttpServerRequest.withMaxBodySize(Option.some(maxBytes)),
-      Effect.catchAll((error) => Effect.fail(toEnvelopeError(error))),
+      Effect.catchAll((error) =>
+        Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => Effect.fail(toEnvelopeError(error, request)))
+      ),
       // The platform turns an unreadable body into a defect; it is the client's error, not ours.
       Effect.catchAllDefect((defect) =>
         defect instanceof RequestError
-          ? Effect.fail(toEnvelopeError(defect))
+          ? Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => Effect.fail(toEnvelopeError(defect, request)))
           : Effect.logError("request failed with a defect", defect).pipe(Effect.zipRight(Effect.fail(internalError())))
       )
     ) as unknown as typeof app

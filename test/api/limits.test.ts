@@ -141,7 +141,7 @@ layer(
       for (const [bad, name] of bads) {
         const r = yield* app.request("GET", `/payments?${bad}`, { key })
         expectEnvelope(r, 422, "validation_error")
-        expect({ bad, named: locs(r)[0]!.at(-1) }).toEqual({ bad, named: name })
+        expect({ bad, loc: locs(r)[0] }).toEqual({ bad, loc: ["query", name] })
       }
     }))
 })
