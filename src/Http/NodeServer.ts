@@ -104,6 +104,10 @@ const invalidUtf8 = new WeakSet<IncomingMessage>()
  * streaming decoder, so a character split across chunks is read whole.
  */
 const checkUtf8 = (request: IncomingMessage) => {
+  // Most requests announce no body: nothing to check.
+  const announced = request.headers["transfer-encoding"] !== undefined ||
+    (request.headers["content-length"] !== undefined && request.headers["content-length"] !== "0")
+  if (!announced) return
   const decoder = new TextDecoder("utf-8", { fatal: true })
   const push = request.push.bind(request)
   request.push = (chunk: unknown, encoding?: BufferEncoding) => {
