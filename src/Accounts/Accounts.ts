@@ -7,14 +7,7 @@ import { SqlClient } from "@effect/sql"
 import type { Fragment } from "@effect/sql/Statement"
 import { Clock, Effect, Option, Redacted, Schema } from "effect"
 import { createHash, randomBytes } from "node:crypto"
-import {
-  accountPending,
-  type Forbidden,
-  forbidden,
-  type TooManyRequests,
-  tooManyRequests,
-  unauthorized
-} from "../Domain/ApiErrors.ts"
+import { AccountPending, InvalidApiKey, MonthlyLimitReached, NoActiveSubscription } from "../Domain/Errors.ts"
 import { AccountId, newUuid } from "../Domain/Ids.ts"
 import { WebhookSecrets } from "../Webhooks/WebhookSecrets.ts"
 import { API_KEYS_CHANNEL, KeyCache } from "./KeyCache.ts"
@@ -43,12 +36,11 @@ export const AccountRow = Schema.Struct({ id: AccountId, email: Schema.NullOr(Sc
 export type AccountRow = typeof AccountRow.Type
 const decodeAccountRows = Schema.decodeUnknown(Schema.Array(AccountRow))
 
-const noSubscription = forbidden("No active subscription: subscribe with POST /account/subscribe")
+/** Why an account may not take an event now. */
+export type AccountRefusal = NoActiveSubscription | AccountPending | MonthlyLimitReached
 
 const limitReached = (plan: Plan, current: SubscriptionRow) =>
-  tooManyRequests(
-    `Monthly event limit of ${plan.monthlyEventLimit} reached for plan ${plan.name}; it resets at ${current.period_end.toISOString()}`
-  )
+  new MonthlyLimitReached({ plan: plan.name, limit: plan.monthlyEventLimit, resetsAt: current.period_end })
 
 /**
  * Why `subscription` cannot take an event at `now`, if it cannot: 403 without one or while it
@@ -59,10 +51,10 @@ export const refusalOf = (
   subscription: Option.Option<SubscriptionRow>,
   planOf: (name: PlanName) => Plan,
   now: Date
-): Option.Option<Forbidden | TooManyRequests> => {
-  if (Option.isNone(subscription)) return Option.some(noSubscription)
+): Option.Option<AccountRefusal> => {
+  if (Option.isNone(subscription)) return Option.some(new NoActiveSubscription())
   const current = subscription.value
-  if (current.status === "pending") return Option.some(accountPending)
+  if (current.status === "pending") return Option.some(new AccountPending())
   const plan = planOf(current.plan)
   const used = current.period_end.getTime() <= now.getTime() ? 0 : current.events_used
   return used >= plan.monthlyEventLimit ? Option.some(limitReached(plan, current)) : Option.none()
@@ -91,7 +83,7 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
     /** The key's account: cached per replica, dropped on every replica by a rotation (KeyCache.ts). */
     const authenticate = (key: Redacted.Redacted<string>) => {
       const raw = Redacted.value(key).trim().toLowerCase()
-      if (!API_KEY.test(raw)) return Effect.fail(unauthorized())
+      if (!API_KEY.test(raw)) return Effect.fail(new InvalidApiKey())
       const keyHash = hashApiKey(raw)
       const read = sql`SELECT id FROM accounts WHERE api_key_hash = ${keyHash}`.pipe(
         Effect.flatMap(decodeKeyRows),
@@ -100,8 +92,8 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
       )
       return Effect.flatMap(keys.lookup(keyHash, read), (found) =>
         Option.match(found, {
-          onNone: () => Effect.fail(unauthorized()),
-          onSome: (id) => Effect.succeed({ id, keyHash, subscription: currentSubscription(id) })
+          onNone: () => Effect.fail(new InvalidApiKey()),
+          onSome: (id) => Effect.succeed({ id, keyHash, subscription: Effect.suspend(() => currentSubscription(id)) })
         }))
     }
 
@@ -137,7 +129,7 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
             RETURNING id)
           SELECT id, pg_notify(${API_KEYS_CHANNEL}, ${account.keyHash}) FROM replaced`.pipe(Effect.orDie)
         yield* keys.forget(account.keyHash)
-        if (replaced.length === 0) return yield* unauthorized()
+        if (replaced.length === 0) return yield* new InvalidApiKey()
         return apiKey
       })
 
@@ -200,9 +192,9 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
      * event again (a concurrent change), the limit it was at then.
      */
     const refusal = (accountId: AccountId) =>
-      Effect.zipWith(subscription(accountId), Clock.currentTimeMillis, (current, now): Forbidden | TooManyRequests =>
+      Effect.zipWith(subscription(accountId), Clock.currentTimeMillis, (current, now): AccountRefusal =>
         Option.match(current, {
-          onNone: () => noSubscription,
+          onNone: () => new NoActiveSubscription(),
           onSome: (row) => Option.getOrElse(refusalOf(current, planOf, new Date(now)), () => limitReached(planOf(row.plan), row))
         }))
 

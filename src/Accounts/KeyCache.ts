@@ -83,7 +83,8 @@ export class KeyCache extends Effect.Service<KeyCache>()("confirmd/KeyCache", {
         settle(false)
         void connection.end().catch(() => undefined)
       }, Duration.toMillis(ROUND_TRIP_TIMEOUT))
-      connection.query("SELECT 1", (error: Error | null | undefined) => settle(error === null || error === undefined))
+      // An empty statement: only its reply, and the notifications ahead of it, are needed.
+      connection.query("", (error: Error | null | undefined) => settle(error === null || error === undefined))
     }
 
     /** Whether the cache holds no hash rotated before this call: false while it cannot tell. */
