@@ -2,13 +2,14 @@
  * The HTTP API against the engines under it, measured in the same run:
  *
  * - POST /payments against a bare `node:http` + `pg` server doing the same logical writes with
- *   the service's SQL (the account and its subscription by key hash; then one statement: the
- *   address pick, the event counter, the watch at the first free amount through `open_watch`,
- *   the payment), at each concurrency of `BENCH_HTTP_CONCURRENCY` (1,10,50), with no other
+ *   the service's SQL (the key's account, cached as the service caches it; the subscription;
+ *   then one statement: the address pick, the event counter, the watch at the first free
+ *   amount through `open_watch`, the payment), at each concurrency of `BENCH_HTTP_CONCURRENCY` (1,10,50), with no other
  *   watches and with `BENCH_BACKGROUND_WATCHES` (100,000) open watches of which
  *   `BENCH_HOT_WATCHES` (2,000) hold the requested amount and the ones above it on the
  *   requests' address;
- * - GET /payments/{id} against the bare server's key-hash + single-row read;
+ * - GET /payments/{id} against the bare server's cached key + single-row read;
+ * - beside each req/s, the Node CPU milliseconds per request of the server (`Compared.cpuMs`);
  * - each against two bare servers: one sending its statements unnamed (`pg`'s default), one
  *   preparing them as the service does (`DATABASE_PREPARE`), so the ratio to the second is the
  *   framework's cost alone;
@@ -96,39 +97,66 @@ const createSql = `
 
 /**
  * The bare baseline: node:http and a pg pool doing what POST /payments and GET
- * /payments/{id} must do in PostgreSQL, without the framework, validation or price lookup.
- * `prepared`: its statements are sent by name, as the service sends them (parsed once per
- * connection), rather than unnamed as `pg` does by default.
+ * /payments/{id} must do in PostgreSQL, without the framework, validation or price lookup,
+ * with the service's statements (`sqlMatch`). `prepared`: its statements are sent by name, as
+ * the service sends them (parsed once per connection), rather than unnamed as `pg` does by
+ * default.
  */
 const bareServer = (databaseUrl: string, poolSize: number, prepared: boolean) =>
   Effect.acquireRelease(
-    Effect.async<{ readonly url: string; readonly close: () => Promise<void> }>((resume) => {
+    Effect.promise(async () => {
       const pool = new pg.Pool({ connectionString: databaseUrl, max: poolSize })
       const statement = (name: string, text: string, values: Array<unknown>): pg.QueryConfig =>
         prepared ? { name, text, values } : { text, values }
-      const accountOf = async (client: pg.PoolClient, request: IncomingMessage) => {
+      // The service's key cache (Accounts/KeyCache.ts): a key's account is read once and kept;
+      // a request uses it after a round trip on a connection of its own that began after the
+      // request arrived, shared by the requests that arrive during the one before.
+      const listener = new pg.Client({ connectionString: databaseUrl })
+      await listener.connect()
+      const accounts = new Map<string, string>()
+      const waiting: Array<() => void> = []
+      let inFlight = false
+      const roundTrip = () => {
+        const batch = waiting.splice(0)
+        inFlight = true
+        void listener.query("").then(() => {
+          inFlight = false
+          for (const resume of batch) resume()
+          if (waiting.length > 0) roundTrip()
+        })
+      }
+      const caughtUp = () =>
+        new Promise<void>((resume) => {
+          waiting.push(resume)
+          if (!inFlight) roundTrip()
+        })
+      const accountOf = async (request: IncomingMessage) => {
         const key = String(request.headers["x-api-key"] ?? "")
         const hash = createHash("sha256").update(key).digest("hex")
-        // With the subscription, as the service reads it.
-        const rows = await client.query<{ id: string }>(statement(
-          "account",
-          `SELECT a.id, s.plan, s.status, s.events_used, s.period_start, s.period_end
-           FROM accounts a LEFT JOIN subscriptions s ON s.account_id = a.id WHERE a.api_key_hash = $1`,
-          [hash]
-        ))
-        return rows.rows[0]?.id
+        await caughtUp()
+        const known = accounts.get(hash)
+        if (known !== undefined) return known
+        const rows = await pool.query<{ id: string }>(statement("account", "SELECT id FROM accounts WHERE api_key_hash = $1", [hash]))
+        const id = rows.rows[0]?.id
+        if (id !== undefined) accounts.set(hash, id)
+        return id
       }
       const handle = async (request: IncomingMessage, response: ServerResponse) => {
-        const client = await pool.connect()
         try {
-          const account = await accountOf(client, request)
+          const account = await accountOf(request)
           if (account === undefined) return void response.writeHead(401).end()
           if (request.method === "POST") {
             const input = JSON.parse(await bodyOf(request)) as { usd_amount: string; chain: string; callback_url: string }
+            // The subscription, read as the service reads it to refuse early.
+            await pool.query(statement(
+              "subscription",
+              "SELECT plan, status, events_used, period_start, period_end FROM subscriptions WHERE account_id = $1",
+              [account]
+            ))
             // The amount on the service's default step (AMOUNT_STEP_USD 0.01), as it quotes it.
             const requested = steppedAmount(BigDecimal.unsafeFromString(input.usd_amount), BigDecimal.unsafeFromString(ethPrice), 18, amountStepUsd)
             const id = randomUUID()
-            const created = (await client.query<{ address: string; amount: string | null }>(statement(
+            const created = (await pool.query<{ address: string; amount: string | null }>(statement(
               "create",
               createSql,
               [id, account, input.chain, requested.amount.toString(), input.usd_amount, input.callback_url, requested.step.toString()]
@@ -138,7 +166,7 @@ const bareServer = (databaseUrl: string, poolSize: number, prepared: boolean) =>
             response.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ payment_id: id, address, amount }))
           } else {
             const id = (request.url ?? "").split("/").at(-1)
-            const rows = await client.query(statement(
+            const rows = await pool.query(statement(
               "read",
               `SELECT id, status, chain, address, amount_smallest::text, usd_amount::text, tx_hash, confirmations
                FROM payments WHERE account_id = $1 AND id = $2`,
@@ -149,22 +177,25 @@ const bareServer = (databaseUrl: string, poolSize: number, prepared: boolean) =>
           }
         } catch (error) {
           response.writeHead(500).end(String(error))
-        } finally {
-          client.release()
         }
       }
       const server = createServer((request, response) => void handle(request, response))
-      server.listen(0, "127.0.0.1", () => {
-        const address = server.address()
-        const port = typeof address === "object" && address !== null ? address.port : 0
-        resume(Effect.succeed({
-          url: `http://127.0.0.1:${port}`,
-          close: () => new Promise<void>((done) => server.close(() => void pool.end().then(done)))
-        }))
-      })
+      await new Promise<void>((listening) => server.listen(0, "127.0.0.1", listening))
+      const address = server.address()
+      const port = typeof address === "object" && address !== null ? address.port : 0
+      return {
+        url: `http://127.0.0.1:${port}`,
+        close: () => new Promise<void>((done) => server.close(() => void Promise.all([pool.end(), listener.end()]).then(() => done())))
+      }
     }),
     (bare) => Effect.promise(bare.close)
   )
+
+/** How the bare servers' statements match the service's, printed with the figures. */
+export const sqlMatch =
+  "bare servers run the service's statements: a key's account read once and kept, then used after one shared " +
+  "round trip on a connection of their own (as the service's key cache does); POST the subscription, then the " +
+  "one creation statement; GET the payment row"
 
 /** Open watches `from .. to - 1` of a background account, over 1,000 addresses (not the merchants'). */
 export const addWatches = (pool: pg.Pool, from: number, to: number) =>
@@ -217,6 +248,12 @@ export interface Compared {
   readonly service: Run
   readonly bare: Run
   readonly barePrepared: Run
+  /**
+   * Node CPU milliseconds per request of each server (user + system of this process, which
+   * runs all three, during its turns, less the process's idle rate), a figure that does not
+   * depend on what else the machine is doing.
+   */
+  readonly cpuMs: { readonly service: number; readonly bare: number; readonly barePrepared: number }
 }
 
 export interface PaymentsFigures {
@@ -240,6 +277,7 @@ export const run = Effect.gen(function*() {
   const bare = yield* bareServer(app.databaseUrl, 20, false)
   const barePrepared = yield* bareServer(app.databaseUrl, 20, true)
   const client = yield* loadClient
+  let idleCpuPerMs = 0
 
   /** A scale-plan merchant with one ethereum address, for the service and one for the bare server. */
   const merchant = (address: string) =>
@@ -268,20 +306,33 @@ export const run = Effect.gen(function*() {
         { name: "barePrepared", all: requests(barePrepared.url, bareKey) }
       ] as const
       const runs = { service: [] as Array<Run>, bare: [] as Array<Run>, barePrepared: [] as Array<Run> }
+      const cpu = { service: 0, bare: 0, barePrepared: 0 }
       const perRound = Math.ceil(targets[0].all.length / s.rounds)
       for (let round = 0; round < s.rounds; round++) {
         for (let turn = 0; turn < targets.length; turn++) {
           const target = targets[(round + turn) % targets.length]!
           const slice = target.all.slice(round * perRound, (round + 1) * perRound)
-          if (slice.length > 0) runs[target.name].push(yield* client.run(concurrency, slice))
+          if (slice.length === 0) continue
+          const started = { cpu: process.cpuUsage(), at: performance.now() }
+          runs[target.name].push(yield* client.run(concurrency, slice))
+          const used = process.cpuUsage(started.cpu)
+          cpu[target.name] += (used.user + used.system) / 1000 - idleCpuPerMs * (performance.now() - started.at)
         }
       }
-      return { service: combine(runs.service), bare: combine(runs.bare), barePrepared: combine(runs.barePrepared) } satisfies Compared
+      const perRequest = (name: keyof typeof cpu) => cpu[name] / targets[0].all.length
+      return {
+        service: combine(runs.service),
+        bare: combine(runs.bare),
+        barePrepared: combine(runs.barePrepared),
+        cpuMs: { service: perRequest("service"), bare: perRequest("bare"), barePrepared: perRequest("barePrepared") }
+      } satisfies Compared
     })
-  const line = ({ service, bare, barePrepared }: Compared) =>
-    `service ${pad(service.perSecond)} req/s (p50 ${service.p50.toFixed(1)} ms, p99 ${service.p99.toFixed(1)} ms), ` +
-    `bare ${pad(bare.perSecond)} req/s (p50 ${bare.p50.toFixed(1)}, p99 ${bare.p99.toFixed(1)}): ${ratio(service.perSecond, bare.perSecond)}x, ` +
-    `bare prepared ${pad(barePrepared.perSecond)} req/s: ${ratio(service.perSecond, barePrepared.perSecond)}x`
+  const line = ({ service, bare, barePrepared, cpuMs }: Compared) =>
+    `service ${pad(service.perSecond)} req/s ${cpuMs.service.toFixed(2)} ms CPU (p50 ${service.p50.toFixed(1)} ms, p99 ${service.p99.toFixed(1)} ms), ` +
+    `bare ${pad(bare.perSecond)} req/s ${cpuMs.bare.toFixed(2)} ms CPU (p50 ${bare.p50.toFixed(1)}, p99 ${bare.p99.toFixed(1)}): ` +
+    `${ratio(service.perSecond, bare.perSecond)}x, CPU ${ratio(cpuMs.service, cpuMs.bare)}x; ` +
+    `bare prepared ${pad(barePrepared.perSecond)} req/s ${cpuMs.barePrepared.toFixed(2)} ms CPU: ` +
+    `${ratio(service.perSecond, barePrepared.perSecond)}x, CPU ${ratio(cpuMs.service, cpuMs.barePrepared)}x`
 
   let sequence = 0
   const postBoth = (load: string, concurrency: number, usd: (i: number) => string) =>
@@ -327,6 +378,12 @@ export const run = Effect.gen(function*() {
     yield* client.run(10, range(s.warmup).map((i) => postPayment(url, key, distinct(sequence + i))))
     sequence += s.warmup
   }
+  // The process's CPU while no request comes (the service's background loops), charged to no server.
+  const idleStart = { cpu: process.cpuUsage(), at: performance.now() }
+  yield* Effect.sleep("3 seconds")
+  const idleUsed = process.cpuUsage(idleStart.cpu)
+  idleCpuPerMs = (idleUsed.user + idleUsed.system) / 1000 / (performance.now() - idleStart.at)
+  console.log(`${sqlMatch}; Node CPU per request is this process's during each server's turns, less its idle ${(idleCpuPerMs * 100).toFixed(1)} % of a core`)
   const postFigures: Array<PaymentsFigures["post"][number]> = []
   for (const c of s.concurrency) postFigures.push(yield* postBoth("no other watches", c, distinct))
   for (const step of s.steps.filter((n) => n <= s.background)) yield* growTo(step)
