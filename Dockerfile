@@ -1,4 +1,5 @@
-# confirmd: runs the TypeScript sources with tsx (as `npm start` does); no build step.
+# confirmd: runs dist/main.js, the program and its packages in one file, built here by
+# build.mjs (esbuild) as `npm install` builds it for `npm start`.
 #   docker build -t confirmd .
 #   docker compose up -d   (PostgreSQL, Kafka, two replicas, Prometheus)
 
@@ -15,9 +16,10 @@ ENV NODE_ENV=production \
     DATA_DIR=/app/data
 WORKDIR /app
 COPY --from=deps /app/node_modules ./node_modules
-COPY package.json tsconfig.json ./
+COPY package.json tsconfig.json build.mjs ./
 COPY src ./src
 COPY migrations ./migrations
+RUN node build.mjs
 # The embedded mode writes only DATA_DIR; everything else stays read-only for the user.
 RUN mkdir -p /app/data && chown node:node /app/data
 USER node
@@ -26,4 +28,4 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.PORT || 8080) + '/health').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
 # node itself is PID 1 and receives SIGTERM (npm would not pass it on): the program drains and exits 0.
 STOPSIGNAL SIGTERM
-CMD ["node", "--import", "tsx", "src/main.ts"]
+CMD ["node", "dist/main.js"]
