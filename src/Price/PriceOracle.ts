@@ -11,6 +11,7 @@
 import { FetchHttpClient, HttpClient, HttpClientResponse } from "@effect/platform"
 import type { BigDecimal } from "effect"
 import {
+  Cause,
   Clock,
   Config,
   ConfigError,
@@ -29,6 +30,7 @@ import {
 import { Symbol as TokenSymbol } from "../Domain/Chain.ts"
 import { hostOf, rootMessage } from "../Domain/Host.ts"
 import { decimalFromNumber, formatDecimal, parseDecimal } from "../Domain/Money.ts"
+import { failureLogIntervalConfig, makeFailureStreak } from "../Supervision/FailureLog.ts"
 import { traced } from "../Tracing/Methods.ts"
 
 /** Failed requests to a price source (tag `source`). */
@@ -190,6 +192,17 @@ export class PriceOracle extends Effect.Service<PriceOracle>()("confirmd/PriceOr
     const config = yield* settings
     const client = (yield* HttpClient.HttpClient).pipe(HttpClient.filterStatusOk)
     const scope = yield* Effect.scope
+    // A source that keeps failing is one line, then one a minute, then one when it answers again.
+    const logInterval = yield* failureLogIntervalConfig
+    const streaks = new Map(yield* Effect.forEach(config.sources, (source) =>
+      Effect.map(
+        makeFailureStreak({
+          failed: "price source failed",
+          stillFailing: "price source still failing",
+          recovered: "price source answers again"
+        }, { interval: logInterval }),
+        (streak) => [source, streak] as const
+      )))
 
     const getJson = <A, I>(source: PriceSource, path: string, schema: Schema.Schema<A, I>) =>
       client.get(`${config.urls[source]}${path}`).pipe(
@@ -273,10 +286,12 @@ export class PriceOracle extends Effect.Service<PriceOracle>()("confirmd/PriceOr
         }
         const instrument = instruments[source][symbol]
         if (instrument === undefined) return attempt(rest, [...reasons, `${source}: does not list ${symbol}`])
+        const streak = streaks.get(source)
         return fromSource(source, instrument).pipe(
+          Effect.tap(() => streak?.recovered ?? Effect.void),
           Effect.catchAll((failed) =>
-            Effect.logWarning("price source failed").pipe(
-              Effect.annotateLogs({ source, host: hostOf(config.urls[source]), symbol, reason: failed.reason }),
+            (streak?.failed(Cause.fail({ message: failed.reason, host: hostOf(config.urls[source]) }), { source, symbol }) ??
+              Effect.void).pipe(
               Effect.zipRight(Metric.update(priceSourceErrors.pipe(Metric.tagged("source", source)), 1)),
               Effect.zipRight(attempt(rest, [...reasons, `${source}: ${failed.reason}`]))
             )
