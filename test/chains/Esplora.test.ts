@@ -1,6 +1,7 @@
 // Bitcoin through Esplora's REST API, against local servers speaking its format over a chain
 // of real blocks (test/support/Esplora.ts): a block in one raw request where the instance
-// serves raw blocks, by pages where it does not, and failover past a 429.
+// serves raw blocks, by pages where it does not, failover past a 429, and hedging past a hung
+// instance.
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Either } from "effect"
 import { transfersOfTx } from "../../src/Chains/BitcoinClient.ts"
@@ -118,6 +119,31 @@ describe("bitcoin on Esplora", () => {
         expect(limited.requests()).toEqual([{ path: "/blocks/tip/height", status: 429 }])
       }).pipe(withClients(`${limited.url},${other.url}`))
     }))
+
+  it.scopedLive("a hung first instance, with RPC_TIMEOUT_MS of ten minutes: the tip and blocks come from the next one", () =>
+    Effect.gen(function*() {
+      const chain = makeEsploraChain(params)
+      const hung = yield* serveEsplora(chain, { raw: true })
+      const other = yield* serveEsplora(chain, { raw: true })
+      const mined = chain.mine(payments().slice(0, 3))
+      yield* Effect.gen(function*() {
+        const clients = yield* ChainClients
+        // Both local and about as fast: the one listed first is asked first.
+        expect(yield* clients.head("bitcoin")).toBe(BigInt(mined.height))
+        expect(hung.requests()).toHaveLength(1)
+        hung.hang()
+        for (let i = 0; i < 3; i++) expect(yield* clients.head("bitcoin")).toBe(BigInt(mined.height))
+        expect((yield* clients.block("bitcoin", BigInt(mined.height))).hash).toBe(mined.hash)
+        expect(other.requests().map((r) => r.path)).toContain(`/block/${mined.hash}/raw`)
+      }).pipe(
+        Effect.provide(ChainClients.Default),
+        Effect.withConfigProvider(ConfigProvider.fromMap(new Map([
+          ["CHAINS", "bitcoin"],
+          ["ESPLORA_URL", `${hung.url},${other.url}`],
+          ["RPC_TIMEOUT_MS", "600000"]
+        ])))
+      )
+    }), { timeout: 60_000 })
 
   it.scopedLive("every URL rate-limited fails the call saying when the first is free again", () =>
     Effect.gen(function*() {

@@ -162,6 +162,8 @@ export interface EsploraServerHandle {
   readonly requests: () => ReadonlyArray<{ readonly path: string; readonly status: number }>
   /** The next `count` requests are answered 429 with `Retry-After: <seconds>`. */
   readonly rateLimit: (count: number, retryAfterSeconds: number) => void
+  /** From now on every request is read and never answered. */
+  readonly hang: () => void
 }
 
 /** Serves `chain`; `raw: false` answers `/block/:hash/raw` with 404 as instances without it do. */
@@ -170,7 +172,9 @@ export const serveEsplora = (chain: EsploraChain, options: { readonly raw: boole
     Effect.async<EsploraServerHandle & { readonly close: () => void }>((resume) => {
       const asked: Array<{ path: string; status: number }> = []
       let limited = { count: 0, retryAfter: 0 }
+      let hanging = false
       const server = createServer((request, response) => {
+        if (hanging) return
         // Served under /api, as public instances are.
         const path = new URL(request.url ?? "/", "http://localhost").pathname.replace(/^\/api/, "")
         const answer = (status: number, body: string | Uint8Array, headers: Record<string, string> = {}) => {
@@ -216,7 +220,13 @@ export const serveEsplora = (chain: EsploraChain, options: { readonly raw: boole
           rateLimit: (count, retryAfter) => {
             limited = { count, retryAfter }
           },
-          close: () => server.close()
+          hang: () => {
+            hanging = true
+          },
+          close: () => {
+            server.closeAllConnections()
+            server.close()
+          }
         }))
       })
     }),
