@@ -9,8 +9,14 @@ import { BigDecimal, Config, Duration, Effect, Option, Redacted, Schema } from "
 import { chainOfDonationChain, chains, DonationChainName } from "../Domain/Chain.ts"
 import { formatSmallest } from "../Domain/Money.ts"
 import { DonationAddresses } from "../Donations/DonationAddresses.ts"
-import { badRequest } from "../Domain/ApiErrors.ts"
-import { SignupIntentNotFound, SignupRateLimited } from "../Domain/Errors.ts"
+import {
+  AmountBelowMinimum,
+  DonationFieldMissing,
+  PlanNotSubscribable,
+  SignupIntentNotFound,
+  SignupRateLimited,
+  UnknownPlan
+} from "../Domain/Errors.ts"
 import { AccountId, IntentId, parseId } from "../Domain/Ids.ts"
 import { effectiveStatus, Lifetimes } from "../Watches/Lifetimes.ts"
 import { native, Watches } from "../Watches/Watches.ts"
@@ -103,7 +109,7 @@ export class Signup extends Effect.Service<Signup>()("confirmd/Signup", {
     const subscribe = (input: SignupIn) =>
       Effect.gen(function*() {
         if (!(paidPlans as ReadonlyArray<string>).includes(input.plan)) {
-          return yield* badRequest(`Plan '${input.plan}' cannot be subscribed to`, `Use one of: ${paidPlans.join(", ")}`)
+          return yield* new PlanNotSubscribable({ plan: input.plan, paidPlans })
         }
         const plan = input.plan as (typeof paidPlans)[number]
         const { apiKey, id, webhookSecret } = yield* accounts.create({ email: input.email, plan, status: "active" }).pipe(
@@ -121,12 +127,12 @@ export class Signup extends Effect.Service<Signup>()("confirmd/Signup", {
 
     const donate = (input: SignupIn, usd: BigDecimal.BigDecimal) =>
       Effect.gen(function*() {
-        if (!isPlanName(input.plan)) return yield* badRequest(`Unknown plan '${input.plan}'`)
+        if (!isPlanName(input.plan)) return yield* new UnknownPlan({ plan: input.plan })
         const plan = accounts.planOf(input.plan)
-        if (input.chain === null) return yield* badRequest("chain is required for method 'donation'")
+        if (input.chain === null) return yield* new DonationFieldMissing({ field: "chain" })
         const target = yield* donations.resolve(input.chain)
         if (BigDecimal.lessThan(usd, BigDecimal.fromBigInt(BigInt(plan.minDonationUsd)))) {
-          return yield* badRequest(`The minimum donation for plan '${plan.name}' is ${plan.minDonationUsd} USD`)
+          return yield* new AmountBelowMinimum({ minimumUsd: String(plan.minDonationUsd), plan: plan.name })
         }
         const opened = yield* watches.create({
           kind: "intent",
@@ -168,7 +174,7 @@ export class Signup extends Effect.Service<Signup>()("confirmd/Signup", {
       Effect.gen(function*() {
         yield* admit(client)
         if (input.method === "subscribe") return yield* subscribe(input)
-        if (input.usd_amount === null) return yield* badRequest("usd_amount is required for method 'donation'")
+        if (input.usd_amount === null) return yield* new DonationFieldMissing({ field: "usd_amount" })
         return yield* donate(input, input.usd_amount)
       })
 

@@ -2,9 +2,8 @@ import { SqlClient } from "@effect/sql"
 import type { Fragment } from "@effect/sql/Statement"
 import { Effect, Either, Option, Schema } from "effect"
 import { canonicalAddress, bitcoinParamsConfig, receiveAddressRefusal } from "../Domain/Address.ts"
-import { badRequest } from "../Domain/ApiErrors.ts"
 import { type ChainName, chainNames } from "../Domain/Chain.ts"
-import { AddressNotFound, UnsupportedChain, UnusableReceiveAddress } from "../Domain/Errors.ts"
+import { AddressNotFound, InvalidAddress, UnsupportedChain, UnusableReceiveAddress } from "../Domain/Errors.ts"
 import type { AccountId } from "../Domain/Ids.ts"
 import { traced } from "../Tracing/Methods.ts"
 
@@ -19,10 +18,10 @@ export class Addresses extends Effect.Service<Addresses>()("confirmd/Addresses",
     const sql = yield* SqlClient.SqlClient
     const bitcoin = yield* bitcoinParamsConfig
 
-    /** Canonical form of a merchant or donation address, or a 400 naming the problem. */
+    /** Canonical form of a merchant or donation address, or what is wrong with it. */
     const canonical = (chain: ChainName, raw: string) =>
       Either.match(canonicalAddress(chain, raw, bitcoin), {
-        onLeft: (message) => Effect.fail(badRequest(`Invalid ${chain} address '${raw.slice(0, 128)}': ${message}`)),
+        onLeft: (reason) => Effect.fail(new InvalidAddress({ chain, address: raw, reason })),
         onRight: Effect.succeed
       })
 

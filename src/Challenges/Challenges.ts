@@ -4,13 +4,12 @@ import { BigDecimal, Config, ConfigError, Effect, Either, Option, Redacted, Sche
 import { type ChainName, chainOfDonationChain, chains, DonationChainName } from "../Domain/Chain.ts"
 import { formatDecimal, formatSmallest, parseDecimal } from "../Domain/Money.ts"
 import { DonationAddresses } from "../Donations/DonationAddresses.ts"
-import { badRequest } from "../Domain/ApiErrors.ts"
-import { ChallengeNotFound } from "../Domain/Errors.ts"
+import { AmountBelowMinimum, ChallengeNotFound } from "../Domain/Errors.ts"
 import { ChallengeId, parseId } from "../Domain/Ids.ts"
 import { effectiveStatus, Lifetimes } from "../Watches/Lifetimes.ts"
 import { native, Watches } from "../Watches/Watches.ts"
 import { WebhookSecrets } from "../Webhooks/WebhookSecrets.ts"
-import { checkCallbackUrl } from "../Webhooks/CallbackUrl.ts"
+import { checkRequestedCallbackUrl } from "../Webhooks/CallbackUrl.ts"
 import { type ChallengeIn, ChallengeOut, ChallengeStatusOut } from "./Api.ts"
 import { traced } from "../Tracing/Methods.ts"
 
@@ -63,10 +62,10 @@ export class Challenges extends Effect.Service<Challenges>()("confirmd/Challenge
       Effect.gen(function*() {
         const target = yield* donations.resolve(input.chain)
         if (BigDecimal.lessThan(input.usd_amount, minUsd)) {
-          return yield* badRequest(`The minimum challenge amount is ${formatDecimal(minUsd)} USD`)
+          return yield* new AmountBelowMinimum({ minimumUsd: formatDecimal(minUsd), plan: null })
         }
         if (input.callback_url !== null) {
-          yield* checkCallbackUrl(input.callback_url).pipe(Effect.mapError((e) => badRequest(e.message)))
+          yield* checkRequestedCallbackUrl(input.callback_url)
         }
         const opened = yield* watches.create({
           kind: "challenge",

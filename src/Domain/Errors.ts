@@ -69,3 +69,73 @@ export class UnusableReceiveAddress extends Schema.TaggedError<UnusableReceiveAd
   address: Schema.String,
   reason: Schema.String
 }) {}
+
+/** Not an address of `chain`: `reason` says what is wrong with it. */
+export class InvalidAddress extends Schema.TaggedError<InvalidAddress>()("InvalidAddress", {
+  chain: ChainName,
+  address: Schema.String,
+  reason: Schema.String
+}) {}
+
+/** A chain this service knows that this deployment does not monitor. */
+export class ChainNotMonitored extends Schema.TaggedError<ChainNotMonitored>()("ChainNotMonitored", {
+  chain: ChainName
+}) {}
+
+/** An asset that cannot be paid on the chain: bitcoin takes BTC only; elsewhere, a token not configured. */
+export class AssetNotAccepted extends Schema.TaggedError<AssetNotAccepted>()("AssetNotAccepted", {
+  chain: ChainName,
+  asset: Schema.String
+}) {}
+
+/** A confirmation threshold beyond what the chain allows a payment to wait for. */
+export class TooManyConfirmations extends Schema.TaggedError<TooManyConfirmations>()("TooManyConfirmations", {
+  chain: ChainName,
+  maximum: Schema.Int
+}) {}
+
+/** Waiting for finality on a chain whose blocks never become final, only deeper (bitcoin). */
+export class FinalityUnavailable extends Schema.TaggedError<FinalityUnavailable>()("FinalityUnavailable", {
+  chain: ChainName
+}) {}
+
+/** A list cursor this service did not hand out. */
+export class UnknownListCursor extends Schema.TaggedError<UnknownListCursor>()("UnknownListCursor", {}) {}
+
+/** A challenge or a signup donation worth less than its minimum (`plan`: the donation's plan). */
+export class AmountBelowMinimum extends Schema.TaggedError<AmountBelowMinimum>()("AmountBelowMinimum", {
+  minimumUsd: Schema.String,
+  plan: Schema.NullOr(Schema.String)
+}) {}
+
+/** A plan name this service does not know. */
+export class UnknownPlan extends Schema.TaggedError<UnknownPlan>()("UnknownPlan", {
+  plan: Schema.String
+}) {}
+
+/** A plan that cannot be subscribed to directly (the free plan): `paidPlans` can. */
+export class PlanNotSubscribable extends Schema.TaggedError<PlanNotSubscribable>()("PlanNotSubscribable", {
+  plan: Schema.String,
+  paidPlans: Schema.Array(Schema.String)
+}) {}
+
+/** A signup by donation without one of the fields that method needs. */
+export class DonationFieldMissing extends Schema.TaggedError<DonationFieldMissing>()("DonationFieldMissing", {
+  field: Schema.Literal("chain", "usd_amount")
+}) {}
+
+/** No API key, or one that is not (or no longer) an account's. */
+export class InvalidApiKey extends Schema.TaggedError<InvalidApiKey>()("InvalidApiKey", {}) {}
+
+/** The account has no subscription to bill the event to. */
+export class NoActiveSubscription extends Schema.TaggedError<NoActiveSubscription>()("NoActiveSubscription", {}) {}
+
+/** The account's signup donation has not been confirmed yet. */
+export class AccountPending extends Schema.TaggedError<AccountPending>()("AccountPending", {}) {}
+
+/** The subscription's events for this period are used up. */
+export class MonthlyLimitReached extends Schema.TaggedError<MonthlyLimitReached>()("MonthlyLimitReached", {
+  plan: Schema.String,
+  limit: Schema.Int,
+  resetsAt: Schema.DateFromSelf
+}) {}

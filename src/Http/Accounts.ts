@@ -119,7 +119,7 @@ export const AccountLive = HttpApiBuilder.group(ConfirmdApi, "account", (handler
           webhookSecrets.rotate(account.id).pipe(Effect.orDie, Effect.map(secretOut))))
       .handle("rotateApiKey", () =>
         Effect.flatMap(CurrentAccount, (account) =>
-          accounts.rotateApiKey(account).pipe(
+          respond(accounts.rotateApiKey(account)).pipe(
             Effect.map((apiKey) => new ApiKeyOut({ user_id: account.id, api_key: apiKey }))
           )))
   }))
@@ -127,5 +127,5 @@ export const AccountLive = HttpApiBuilder.group(ConfirmdApi, "account", (handler
 /** Resolves `X-API-Key` to the caller's account; a missing or unknown key is 401. */
 export const AuthenticationLive = Layer.effect(
   Authentication,
-  Effect.map(Accounts, (accounts) => Authentication.of({ apiKey: accounts.authenticate }))
+  Effect.map(Accounts, (accounts) => Authentication.of({ apiKey: (key) => respond(accounts.authenticate(key)) }))
 )

@@ -8,32 +8,54 @@ import { Effect } from "effect"
 import type { ChainUnavailable } from "../Chains/ChainClients.ts"
 import { chainNames, donationChainNames } from "../Domain/Chain.ts"
 import {
+  accountPending,
   badRequest,
   type BadRequest,
   conflict,
   type Conflict,
+  forbidden,
+  type Forbidden,
   notFound,
   type NotFound,
   tooManyRequests,
   type TooManyRequests,
+  unauthorized,
+  type Unauthorized,
   upstreamError,
-  type UpstreamError
+  type UpstreamError,
+  validationError,
+  type ValidationError
 } from "../Domain/ApiErrors.ts"
 import type {
+  AccountPending,
   AddressNotFound,
   AddressNotRegistered,
+  AmountBelowMinimum,
+  AssetNotAccepted,
+  ChainNotMonitored,
   ChallengeNotFound,
   DonationChainNotOffered,
+  DonationFieldMissing,
+  FinalityUnavailable,
+  InvalidAddress,
+  InvalidApiKey,
+  MonthlyLimitReached,
+  NoActiveSubscription,
   NoCallbackToSend,
   PaymentNotFound,
+  PlanNotSubscribable,
   RedeliveryTooSoon,
   SignupIntentNotFound,
   SignupRateLimited,
+  TooManyConfirmations,
+  UnknownListCursor,
+  UnknownPlan,
   UnsupportedChain,
   UnsupportedDonationChain,
   UnusableReceiveAddress
 } from "../Domain/Errors.ts"
 import type { PriceUnavailable } from "../Price/PriceOracle.ts"
+import type { CallbackUrlRejected } from "../Webhooks/CallbackUrl.ts"
 
 const nodeSetting = (chain: ChainUnavailable["chain"]) =>
   chain === "bitcoin" ? "BITCOIN_RPC_URL or ESPLORA_URL" : `RPC_URL_${chain.toUpperCase()}`
@@ -66,6 +88,46 @@ const responses = {
   SignupRateLimited: (e: SignupRateLimited): TooManyRequests =>
     tooManyRequests(
       `Too many signups from this address: at most ${e.limit} per ${e.windowSeconds} s; retry in ${e.retryAfterSeconds} s`
+    ),
+  CallbackUrlRejected: (e: CallbackUrlRejected): BadRequest => badRequest(e.message),
+  InvalidAddress: (e: InvalidAddress): BadRequest =>
+    badRequest(`Invalid ${e.chain} address '${e.address.slice(0, 128)}': ${e.reason}`),
+  ChainNotMonitored: (e: ChainNotMonitored): BadRequest => badRequest(`Chain '${e.chain}' is not monitored by this deployment`),
+  AssetNotAccepted: (e: AssetNotAccepted): BadRequest =>
+    e.chain === "bitcoin"
+      ? badRequest(`Bitcoin payments are in BTC only; asset '${e.asset}' is not accepted`, "Omit asset or use 'native'")
+      : badRequest(`${e.asset} is not accepted on chain '${e.chain}'`),
+  // A well-formed request the chain cannot serve: 400 (a threshold out of range is 422).
+  FinalityUnavailable: (e: FinalityUnavailable): BadRequest =>
+    badRequest(
+      `wait_for_finality is not available on ${e.chain}: its blocks never become final, only deeper`,
+      "Omit wait_for_finality and raise confirmations_required instead"
+    ),
+  TooManyConfirmations: (e: TooManyConfirmations): ValidationError =>
+    validationError([{
+      loc: ["body", "confirmations_required"],
+      msg: `must be at most ${e.maximum} on ${e.chain}`,
+      type: "less_than_equal"
+    }]),
+  UnknownListCursor: (_: UnknownListCursor): ValidationError =>
+    validationError([{ loc: ["query", "cursor"], msg: "cursor is not one this service returned", type: "value_error" }]),
+  AmountBelowMinimum: (e: AmountBelowMinimum): BadRequest =>
+    badRequest(
+      e.plan === null
+        ? `The minimum challenge amount is ${e.minimumUsd} USD`
+        : `The minimum donation for plan '${e.plan}' is ${e.minimumUsd} USD`
+    ),
+  UnknownPlan: (e: UnknownPlan): BadRequest => badRequest(`Unknown plan '${e.plan}'`),
+  PlanNotSubscribable: (e: PlanNotSubscribable): BadRequest =>
+    badRequest(`Plan '${e.plan}' cannot be subscribed to`, `Use one of: ${e.paidPlans.join(", ")}`),
+  DonationFieldMissing: (e: DonationFieldMissing): BadRequest => badRequest(`${e.field} is required for method 'donation'`),
+  InvalidApiKey: (_: InvalidApiKey): Unauthorized => unauthorized(),
+  NoActiveSubscription: (_: NoActiveSubscription): Forbidden =>
+    forbidden("No active subscription: subscribe with POST /account/subscribe"),
+  AccountPending: (_: AccountPending): Forbidden => accountPending,
+  MonthlyLimitReached: (e: MonthlyLimitReached): TooManyRequests =>
+    tooManyRequests(
+      `Monthly event limit of ${e.limit} reached for plan ${e.plan}; it resets at ${e.resetsAt.toISOString()}`
     ),
   // Price sources and chain nodes failing both surface as 502, with a hint naming what to check.
   PriceUnavailable: (e: PriceUnavailable): UpstreamError => upstreamError(e.message, e.hint),

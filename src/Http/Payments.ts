@@ -13,7 +13,7 @@ export const PaymentsLive = HttpApiBuilder.group(ConfirmdApi, "payments", (handl
       .handle("list", ({ urlParams }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          const page = yield* payments.list(account.id, urlParams)
+          const page = yield* respond(payments.list(account.id, urlParams))
           if (Option.isSome(page.next)) {
             // RFC 8288: the next page's URL, relative to this one's.
             const next = `/payments?limit=${urlParams.limit}&cursor=${page.next.value}`

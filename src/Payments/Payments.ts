@@ -1,21 +1,31 @@
 import { SqlClient } from "@effect/sql"
 import { Config, Effect, Option, Schema } from "effect"
 import type { BigDecimal } from "effect"
-import { Accounts } from "../Accounts/Accounts.ts"
+import { type AccountRefusal, Accounts } from "../Accounts/Accounts.ts"
 import type { CurrentAccount } from "../Accounts/Authentication.ts"
 import { Addresses, isChainName } from "../Addresses/Addresses.ts"
 import { ChainClients } from "../Chains/ChainClients.ts"
 import { type ChainName, isEvm } from "../Domain/Chain.ts"
 import { formatSmallest } from "../Domain/Money.ts"
-import { badRequest, type Forbidden, type TooManyRequests, validationError } from "../Domain/ApiErrors.ts"
-import { AddressNotRegistered, NoCallbackToSend, PaymentNotFound, RedeliveryTooSoon, UnsupportedChain } from "../Domain/Errors.ts"
+import {
+  AddressNotRegistered,
+  AssetNotAccepted,
+  ChainNotMonitored,
+  FinalityUnavailable,
+  NoCallbackToSend,
+  PaymentNotFound,
+  RedeliveryTooSoon,
+  TooManyConfirmations,
+  UnknownListCursor,
+  UnsupportedChain
+} from "../Domain/Errors.ts"
 import { type AccountId, parseId, PaymentId } from "../Domain/Ids.ts"
 import { ChainConfirmationsRequired, maxConfirmations } from "../Matcher/Confirmations.ts"
 import { effectiveStatus, Lifetimes } from "../Watches/Lifetimes.ts"
 import { native, type WatchAsset, Watches } from "../Watches/Watches.ts"
 import { Asset, assetDecimals } from "../Domain/Asset.ts"
 import { isToken } from "../Chains/Tokens.ts"
-import { checkCallbackUrl } from "../Webhooks/CallbackUrl.ts"
+import { checkRequestedCallbackUrl } from "../Webhooks/CallbackUrl.ts"
 import { type Delivery, DeliveryLog } from "../Outbox/DeliveryLog.ts"
 import { eventId } from "../Outbox/Payloads.ts"
 import { CreatePaymentOut, DeliveryAttemptOut, DeliveryOut, PaymentStatus } from "./Api.ts"
@@ -62,7 +72,6 @@ const decodeCursor = (text: string): Option.Option<ListCursor> => {
   return match === null ? Option.none() : Option.some({ createdUs: match[1]!, id: match[2]! })
 }
 
-const badCursor = validationError([{ loc: ["query", "cursor"], msg: "cursor is not one this service returned", type: "value_error" }])
 
 const decodeSlot = Schema.decodeUnknown(Schema.Array(Schema.Struct({ taken: Schema.Boolean, wait: Schema.NullOr(Schema.Int) })))
 
@@ -168,31 +177,20 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
     }) => {
       const required = input.confirmations_required ?? defaultRequired[chain]
       if (required > maxConfirmations[chain]) {
-        return Effect.fail(validationError([{
-          loc: ["body", "confirmations_required"],
-          msg: `must be at most ${maxConfirmations[chain]} on ${chain}`,
-          type: "less_than_equal"
-        }]))
+        return Effect.fail(new TooManyConfirmations({ chain, maximum: maxConfirmations[chain] }))
       }
-      // Bitcoin has no finalized block, only ever more work on top: like a token on bitcoin,
-      // a well-formed request the chain cannot serve, hence 400 rather than 422.
-      if (input.wait_for_finality === true && !isEvm(chain)) {
-        return Effect.fail(badRequest(
-          `wait_for_finality is not available on ${chain}: its blocks never become final, only deeper`,
-          "Omit wait_for_finality and raise confirmations_required instead"
-        ))
-      }
+      // Bitcoin has no finalized block, only ever more work on top.
+      if (input.wait_for_finality === true && !isEvm(chain)) return Effect.fail(new FinalityUnavailable({ chain }))
       return Effect.succeed({ required, waitForFinality: input.wait_for_finality ?? false })
     }
 
     /** The asset asked for on `chain`, or why it cannot be paid there. */
     const resolveAsset = (chain: ChainName, asset: Asset) => {
       if (!isToken(asset)) return Effect.succeed(native)
-      if (chain === "bitcoin") {
-        return Effect.fail(badRequest(`Bitcoin payments are in BTC only; asset '${asset}' is not accepted`, "Omit asset or use 'native'"))
-      }
+      // Bitcoin takes BTC only; elsewhere a token is accepted where one is configured.
+      if (chain === "bitcoin") return Effect.fail(new AssetNotAccepted({ chain, asset }))
       return Option.match(chainClients.token(chain, asset), {
-        onNone: () => Effect.fail(badRequest(`${asset} is not accepted on chain '${chain}'`)),
+        onNone: () => Effect.fail(new AssetNotAccepted({ chain, asset })),
         onSome: (token) => Effect.succeed<WatchAsset>({ _tag: "token", token })
       })
     }
@@ -209,17 +207,17 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
         if (!isChainName(input.chain)) return yield* new UnsupportedChain({ chain: input.chain })
         const chain = input.chain
         if (!chainClients.isEnabled(chain)) {
-          return yield* badRequest(`Chain '${chain}' is not monitored by this deployment`)
+          return yield* new ChainNotMonitored({ chain })
         }
         const asset = input.asset ?? "native"
         const watchAsset = yield* resolveAsset(chain, asset)
         const tokenContract = watchAsset._tag === "token" ? watchAsset.token.contract : null
         const policy = yield* policyOf(chain, input)
-        yield* checkCallbackUrl(input.callback_url).pipe(Effect.mapError((e) => badRequest(e.message)))
+        yield* checkRequestedCallbackUrl(input.callback_url)
         // 403/429 before the quote, so that a refused account never waits for or hears of prices.
         yield* accounts.requireUsable(account.subscription)
         const accountId = account.id
-        const opened = yield* watches.open<null, AddressNotRegistered | Forbidden | TooManyRequests, never>({
+        const opened = yield* watches.open<null, AddressNotRegistered | AccountRefusal, never>({
           kind: "payment",
           chain,
           asset: watchAsset,
@@ -287,7 +285,7 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
     const list = (accountId: AccountId, page: { readonly limit?: number | undefined; readonly cursor?: string | undefined } = {}) =>
       Effect.gen(function*() {
         const after = page.cursor === undefined ? Option.none<ListCursor>() : decodeCursor(page.cursor)
-        if (page.cursor !== undefined && Option.isNone(after)) return yield* badCursor
+        if (page.cursor !== undefined && Option.isNone(after)) return yield* new UnknownListCursor()
         const rows = yield* sql`
           ${listSelect} WHERE account_id = ${accountId}
           ${

@@ -6,7 +6,7 @@
  * to a private address between the check and the connection is refused too.
  */
 import { NodeHttpClient } from "@effect/platform-node"
-import { Config, Effect, Layer, Schema } from "effect"
+import { Config, ConfigError, Effect, Layer, Schema } from "effect"
 import ipaddr from "ipaddr.js"
 import { lookup as dnsLookup } from "node:dns"
 import type { LookupAddress, LookupOptions } from "node:dns"
@@ -157,6 +157,14 @@ export const checkCallbackUrl = (raw: string) =>
     }
     return url
   })
+
+/**
+ * `checkCallbackUrl` for a URL a client gives (a payment's, a challenge's): refused with
+ * `CallbackUrlRejected`; an unreadable CALLBACK_ALLOW_PRIVATE_NETWORKS is a defect of the
+ * deployment, not of the request.
+ */
+export const checkRequestedCallbackUrl = (raw: string) =>
+  checkCallbackUrl(raw).pipe(Effect.catchIf(ConfigError.isConfigError, Effect.die))
 
 /** A `net` lookup that refuses non-public addresses (used when private networks are not allowed). */
 export const publicOnlyLookup: LookupFunction = (hostname, options, callback) =>

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Option } from "effect"
 import { refusalOf, type SubscriptionRow } from "../../src/Accounts/Accounts.ts"
+import { answer } from "../../src/Http/ErrorResponses.ts"
 import { type PlanName, plans } from "../../src/Accounts/Plans.ts"
 
 const table = plans(5)
@@ -18,8 +19,15 @@ const subscription = (fields: Partial<SubscriptionRow>): Option.Option<Subscript
     ...fields
   })
 
+/** The refusal as a client sees it: its envelope's kind and code. */
 const codeOf = (refusal: ReturnType<typeof refusalOf>) =>
-  Option.match(refusal, { onNone: () => null, onSome: (error) => [error._tag, error.code] })
+  Option.match(refusal, {
+    onNone: () => null,
+    onSome: (error) => {
+      const answered = answer(error)
+      return [answered._tag, answered.code]
+    }
+  })
 
 describe("refusalOf", () => {
   it("refuses without a subscription and while it is pending, whatever it has used", () => {
@@ -33,8 +41,9 @@ describe("refusalOf", () => {
     expect(codeOf(refusalOf(subscription({ events_used: 99 }), planOf, now))).toBeNull()
     const atLimit = refusalOf(subscription({ events_used: 100 }), planOf, now)
     expect(codeOf(atLimit)).toEqual(["TooManyRequests", "too_many_requests"])
-    expect(Option.getOrThrow(atLimit).message).toContain("100 reached for plan starter")
-    expect(Option.getOrThrow(atLimit).message).toContain(new Date(now.getTime() + 20 * day).toISOString())
+    const message = answer(Option.getOrThrow(atLimit)).message
+    expect(message).toContain("100 reached for plan starter")
+    expect(message).toContain(new Date(now.getTime() + 20 * day).toISOString())
     expect(codeOf(refusalOf(subscription({ plan: "growth", events_used: 9_999 }), planOf, now))).toBeNull()
     expect(codeOf(refusalOf(subscription({ plan: "growth", events_used: 10_000 }), planOf, now)))
       .toEqual(["TooManyRequests", "too_many_requests"])
