@@ -148,9 +148,11 @@ export const makeFailover = <C>(kind: EndpointKind<C>, options: {
     const recordFailure = (endpoint: Endpoint<C>, error: unknown, answeredIn: Option.Option<number>) =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
-        if (Option.isSome(answeredIn) && kind.isAnswer(error)) return yield* recordAnswer(endpoint, answeredIn)
-        const reason = kind.describe(error)
         const limited = kind.rateLimit(error, now)
+        if (Option.isNone(limited) && Option.isSome(answeredIn) && kind.isAnswer(error)) {
+          return yield* recordAnswer(endpoint, answeredIn)
+        }
+        const reason = kind.describe(error)
         const health = yield* Ref.updateAndGet(endpoint.health, (h) =>
           Option.isSome(limited) ? rateLimited(h, `rate-limited: ${reason}`, limited.value, now) : failed(h, reason, now))
         if (!logged) return
@@ -281,7 +283,8 @@ export const makeFailover = <C>(kind: EndpointKind<C>, options: {
               if (after.every(({ health }) => health.state === "refused")) return yield* Effect.fail(everyRefused(after))
               if (failures.length === 1) return yield* Effect.fail(failures[0]!.error)
               // An endpoint's own answer ("no such method") says more than the others' silence.
-              const answer = failures.find((attempt) => kind.isAnswer(attempt.error))
+              const answer = failures.find((attempt) =>
+                kind.isAnswer(attempt.error) && Option.isNone(kind.rateLimit(attempt.error, 0)))
               if (answer !== undefined) return yield* Effect.fail(answer.error)
               return yield* Effect.fail(kind.failure(
                 `every ${kind.noun} of ${options.chainName} failed`,

@@ -28,9 +28,10 @@ const bodyOf = (request: IncomingMessage) =>
 
 /**
  * A JSON-RPC proxy in front of `target` that passes `eth_chainId` through and answers every
- * other request with HTTP 429 and `Retry-After: <retryAfterSeconds>`; counts the 429s.
+ * other request with HTTP 429 and `Retry-After: <retryAfterSeconds>` (or, `as: "json-rpc"`,
+ * with HTTP 200 and JSON-RPC error -32005 "limit exceeded", as some providers do); counts them.
  */
-const rateLimitingProxy = (target: string, retryAfterSeconds: number) =>
+const rateLimitingProxy = (target: string, retryAfterSeconds: number, as: "http" | "json-rpc" = "http") =>
   Effect.acquireRelease(
     Effect.async<{ readonly url: string; readonly limited: () => number; readonly close: () => void }>((resume) => {
       let limited = 0
@@ -43,6 +44,15 @@ const rateLimitingProxy = (target: string, retryAfterSeconds: number) =>
             return
           }
           limited += 1
+          if (as === "json-rpc") {
+            const answer = calls.map((call) => ({
+              jsonrpc: "2.0",
+              id: (call as { id?: unknown }).id ?? null,
+              error: { code: -32005, message: "limit exceeded" }
+            }))
+            response.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(Array.isArray(JSON.parse(body)) ? answer : answer[0]))
+            return
+          }
           response.writeHead(429, { "content-type": "text/plain", "retry-after": String(retryAfterSeconds) })
             .end("Too Many Requests")
         })
@@ -86,6 +96,25 @@ describe("several endpoints per chain", () => {
         yield* eventually(Effect.flatMap(clients.head("ethereum"), () =>
           proxy.limited() === 2 ? Effect.void : Effect.fail("not asked again yet")))
         expect(Date.now() - limitedAt).toBeGreaterThanOrEqual(2_000)
+      }).pipe(withClients(env))
+    }).pipe(Effect.scoped))
+
+  it.live("a JSON-RPC limit error (-32005) backs the endpoint off too; the call is answered by the other", () =>
+    Effect.gen(function*() {
+      const { anvil } = yield* anvilEnv
+      const proxy = yield* rateLimitingProxy(anvil, 0, "json-rpc")
+      const env = { CHAINS: "ethereum", CHAIN_ID_ETHEREUM: "31337", RPC_URL_ETHEREUM: `${proxy.url},${anvil}` }
+      yield* Effect.gen(function*() {
+        const clients = yield* ChainClients
+        yield* eventually(Effect.flatMap(clients.endpoints("ethereum"), (health) =>
+          health.every((h) => h.state === "ready") ? Effect.void : Effect.fail("not checked yet")))
+        const before = Date.now()
+        for (let i = 0; i < 3; i++) yield* clients.head("ethereum")
+        expect(proxy.limited()).toBe(1)
+        const [limited] = yield* clients.endpoints("ethereum")
+        expect(limited).toMatchObject({ consecutiveRateLimits: 1, consecutiveFailures: 0 })
+        // No Retry-After: 1 s for a first limit.
+        expect(limited!.rateLimitedUntil).toBeGreaterThanOrEqual(before + 1_000)
       }).pipe(withClients(env))
     }).pipe(Effect.scoped))
 
