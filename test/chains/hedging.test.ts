@@ -26,21 +26,26 @@ const ready = Effect.flatMap(ChainClients, (clients) =>
   ))
 
 describe("hedged reads", () => {
-  it.scopedLive("a hung first endpoint: every call is answered by the next one, and the hung one is ranked down", () =>
+  it.scopedLive("the first-ranked endpoint hangs: every call is answered by the next one, and the hung one is ranked down", () =>
     Effect.gen(function*() {
       const proxy = yield* endpointProxy(anvilUrl())
+      // The other endpoint answers 150 ms late: the proxy ranks first until it hangs.
+      const slower = yield* endpointProxy(anvilUrl(), { delayMs: 150 })
       const env = {
         CHAINS: "ethereum",
         CHAIN_ID_ETHEREUM: "31337",
-        RPC_URL_ETHEREUM: `${proxy.url},${anvilUrl()}`,
+        RPC_URL_ETHEREUM: `${slower.url},${proxy.url}`,
         RPC_TIMEOUT_MS: "600000"
       }
       yield* Effect.gen(function*() {
         const clients = yield* ChainClients
         yield* ready
-        // Both are local and about as fast: the one listed first is asked first.
+        // Once both have answered, the faster one is asked first.
         yield* clients.head("ethereum")
-        expect(proxy.received().forward).toBeGreaterThanOrEqual(2)
+        yield* clients.head("ethereum")
+        const before = proxy.received().forward
+        yield* clients.head("ethereum")
+        expect(proxy.received().forward).toBe(before + 1)
 
         proxy.hang()
         yield* anvil.mine(2)
@@ -49,8 +54,8 @@ describe("hedged reads", () => {
         expect((yield* clients.block("ethereum", head)).number).toBe(head)
         expect(proxy.received().hang).toBeGreaterThanOrEqual(1)
         // The call it kept waiting counts as its latency: it now ranks behind the other.
-        const [hung, direct] = yield* clients.endpoints("ethereum")
-        expect(hung!.latencyMs).toBeGreaterThan(direct!.latencyMs)
+        const [other, hung] = yield* clients.endpoints("ethereum")
+        expect(hung!.latencyMs).toBeGreaterThan(other!.latencyMs)
       }).pipe(withClients(env))
     }), { timeout: 60_000 })
 
@@ -74,12 +79,14 @@ describe("hedged reads", () => {
 })
 
 describe("a chain with a hung endpoint", () => {
-  it.scopedLive("keeps publishing blocks when its first endpoint hangs for good (RPC_TIMEOUT_MS of ten minutes)", () =>
+  it.scopedLive("keeps publishing blocks when its first-ranked endpoint hangs for good (RPC_TIMEOUT_MS of ten minutes)", () =>
     Effect.gen(function*() {
       const proxy = yield* endpointProxy(anvilUrl())
+      // The other endpoint answers 150 ms late: the proxy ranks first until it hangs.
+      const slower = yield* endpointProxy(anvilUrl(), { delayMs: 150 })
       const app = yield* makeTestApp({
         CHAINS: "ethereum",
-        RPC_URL_ETHEREUM: `${proxy.url},${anvilUrl()}`,
+        RPC_URL_ETHEREUM: `${slower.url},${proxy.url}`,
         RPC_TIMEOUT_MS: "600000"
       })
       const chain = Effect.map(app.request("GET", "/ops/status"), (r) =>
@@ -95,7 +102,8 @@ describe("a chain with a hung endpoint", () => {
         yield* published(yield* anvil.head)
       }
       expect(proxy.received().hang).toBeGreaterThanOrEqual(1)
-      const [hung] = (yield* chain).endpoints
+      const [other, hung] = (yield* chain).endpoints
       expect(hung).toMatchObject({ endpoint: new URL(proxy.url).host })
+      expect(hung.latency_ms).toBeGreaterThan(other.latency_ms)
     }), { timeout: 120_000 })
 })

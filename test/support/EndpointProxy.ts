@@ -3,8 +3,8 @@
  * server on 127.0.0.1 that forwards every request as it is, until told to `hang` (it reads
  * the request and never answers), to `limit` (HTTP 429 with `Retry-After`), or to `die`
  * (its port closed: connections refused). `heal` makes it forward again. `eth_chainId` is
- * always forwarded unless it hangs or is dead, so it passes the start check. Closed with its
- * scope.
+ * always forwarded unless it hangs or is dead, so it passes the start check. `delayMs` holds
+ * every answer back that long (a slower endpoint). Closed with its scope.
  */
 import { Effect } from "effect"
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http"
@@ -30,10 +30,10 @@ const bodyOf = (request: IncomingMessage) =>
     request.on("end", () => resolve(Buffer.concat(chunks).toString()))
   })
 
-export const endpointProxy = (target: string, initial: ProxyMode = "forward") =>
+export const endpointProxy = (target: string, options: { readonly delayMs?: number } = {}) =>
   Effect.acquireRelease(
     Effect.async<EndpointProxy & { readonly close: () => void }>((resume) => {
-      let mode: ProxyMode = initial
+      let mode: ProxyMode = "forward"
       let retryAfter = 1
       const received: Record<ProxyMode, number> = { forward: 0, hang: 0, limit: 0 }
       const sockets = new Set<Socket>()
@@ -51,6 +51,7 @@ export const endpointProxy = (target: string, initial: ProxyMode = "forward") =>
             response.writeHead(429, { "content-type": "text/plain", "retry-after": String(retryAfter) }).end("Too Many Requests")
             return
           }
+          if (options.delayMs !== undefined) await new Promise((resolve) => setTimeout(resolve, options.delayMs))
           await forward(body, response).catch(() => response.destroy())
         })
       })
