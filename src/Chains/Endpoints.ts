@@ -37,9 +37,6 @@ export interface EndpointPool {
 
 type RpcArgs = { readonly method: string; readonly params?: unknown }
 
-/** Host of a URL, never its path, query or credentials. */
-export const endpointLabel = (url: string): string => new URL(url).host
-
 const maxRetryAfterMs = 600_000
 
 /** `Retry-After` as seconds or an HTTP date, in ms from `now`. */
