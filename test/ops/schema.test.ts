@@ -16,8 +16,15 @@ import { freshDatabase } from "../support/Database.ts"
 import type { Json } from "../support/TestApp.ts"
 import { call, freePort, type Service, startService } from "../support/Service.ts"
 
+// Idle sessions stay open (pg closes them after 10 s by default): a test's stand-in for an
+// older release's pool must still be there when a replica, however slow to start, looks for it.
 const connect = (url: string, applicationName?: string) =>
-  PgClient.make({ url: Redacted.make(url), maxConnections: 2, ...(applicationName === undefined ? {} : { applicationName }) })
+  PgClient.make({
+    url: Redacted.make(url),
+    maxConnections: 2,
+    idleTimeout: "10 minutes",
+    ...(applicationName === undefined ? {} : { applicationName })
+  })
     .pipe(Effect.provide(Reactivity.layer))
 
 /** The JSON log lines a service printed so far. */
