@@ -1,8 +1,8 @@
 import { SqlClient } from "@effect/sql"
 import type { Fragment } from "@effect/sql/Statement"
 import { Effect, Either, Option, Schema } from "effect"
-import { canonicalAddress, bitcoinParamsConfig, receiveAddressRefusal } from "../Domain/Address.ts"
-import { type ChainName, chainNames } from "../Domain/Chain.ts"
+import { bitcoinParamsConfig, canonicalAddress, RESERVED_EVM_BELOW, receiveAddressRefusal } from "../Domain/Address.ts"
+import { type ChainName, chainNames, isEvm } from "../Domain/Chain.ts"
 import { AddressNotFound, InvalidAddress, UnsupportedChain, UnusableReceiveAddress } from "../Domain/Errors.ts"
 import type { AccountId } from "../Domain/Ids.ts"
 import { traced } from "../Tracing/Methods.ts"
@@ -71,10 +71,13 @@ export class Addresses extends Effect.Service<Addresses>()("confirmd/Addresses",
      * until the commit (a concurrent removal waits for it): the body of a CTE of the payment's
      * statement.
      */
+    // Registered before such addresses were refused: kept, never handed to a payer.
+    const firstUsableEvm = `0x${RESERVED_EVM_BELOW.toString(16).padStart(40, "0")}`
     const leastUsed = (accountId: AccountId, chain: ChainName) =>
       sql`
         SELECT address FROM addresses
         WHERE account_id = ${accountId} AND chain = ${chain}
+          ${isEvm(chain) ? sql`AND lower(address) COLLATE "C" >= ${firstUsableEvm}` : sql``}
         ORDER BY allocations, created_at, address
         LIMIT 1
         FOR UPDATE`

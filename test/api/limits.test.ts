@@ -6,6 +6,7 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { randomBytes } from "node:crypto"
+import pg from "pg"
 import { changesNothing, expectEnvelope, locs } from "../hostile/support.ts"
 import { anvil } from "../support/Chains.ts"
 import { type ApiResponse, App, eventually, makeTestApp, subscribe } from "../support/TestApp.ts"
@@ -93,6 +94,37 @@ layer(
       // Just past the range is an ordinary address.
       const first = "0x0000000000000000000000000000000000010000"
       expect((yield* app.request("POST", "/addresses", { key, json: { chain: "ethereum", addresses: [first] } })).status).toBe(200)
+    }))
+
+  it.effect("a refused address registered before the rule (a previous release took it) is never given to a payer", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const key = (yield* signupFrom("192.0.2.12")).body.api_key as string
+      const account = (yield* app.request("GET", "/account", { key })).body.user_id as string
+      const payment = app.request("POST", "/payments", {
+        key,
+        json: { usd_amount: "10", chain: "ethereum", callback_url: "https://93.184.216.34/hook" }
+      })
+      // As the previous release stored it, bypassing today's check.
+      const zero = "0x0000000000000000000000000000000000000000"
+      yield* Effect.promise(async () => {
+        const client = new pg.Client({ connectionString: app.databaseUrl })
+        await client.connect()
+        await client.query("INSERT INTO addresses (account_id, chain, address) VALUES ($1, 'ethereum', $2)", [account, zero])
+        await client.end()
+      })
+      expect((yield* app.request("GET", "/addresses", { key })).body.map((a: { address: string }) => a.address)).toEqual([zero])
+      const refused = yield* payment
+      expectEnvelope(refused, 400, "bad_request")
+      expect(refused.body.error.message).toBe("No addresses registered for chain 'ethereum'")
+
+      const wallet = randomAddress()
+      expect((yield* app.request("POST", "/addresses", { key, json: { chain: "ethereum", addresses: [wallet] } })).status).toBe(200)
+      for (let i = 0; i < 3; i++) {
+        const created = yield* payment
+        expect(created.status).toBe(200)
+        expect(created.body.address.toLowerCase()).toBe(wallet.toLowerCase())
+      }
     }))
 
   it.effect("GET /payments returns all by default; with limit, pages linked by rel=\"next\" until the last", () =>
