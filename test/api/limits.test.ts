@@ -4,12 +4,13 @@
  * and receive addresses no wallet controls.
  */
 import { expect, layer } from "@effect/vitest"
+import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 import { randomBytes } from "node:crypto"
-import pg from "pg"
 import { changesNothing, expectEnvelope, locs } from "../hostile/support.ts"
 import { anvil } from "../support/Chains.ts"
 import { type ApiResponse, App, eventually, makeTestApp, subscribe } from "../support/TestApp.ts"
+import { withDatabase } from "../support/RetrySchedule.ts"
 import { WebhookReceiver } from "../support/WebhookReceiver.ts"
 
 /** anvil dev account 6: a merchant receive address (funds only ever arrive there). */
@@ -107,12 +108,11 @@ layer(
       })
       // As the previous release stored it, bypassing today's check.
       const zero = "0x0000000000000000000000000000000000000000"
-      yield* Effect.promise(async () => {
-        const client = new pg.Client({ connectionString: app.databaseUrl })
-        await client.connect()
-        await client.query("INSERT INTO addresses (account_id, chain, address) VALUES ($1, 'ethereum', $2)", [account, zero])
-        await client.end()
-      })
+      yield* withDatabase(
+        app.databaseUrl,
+        Effect.flatMap(SqlClient.SqlClient, (sql) =>
+          sql`INSERT INTO addresses (account_id, chain, address) VALUES (${account}, 'ethereum', ${zero})`)
+      )
       expect((yield* app.request("GET", "/addresses", { key })).body.map((a: { address: string }) => a.address)).toEqual([zero])
       const refused = yield* payment
       expectEnvelope(refused, 400, "bad_request")
