@@ -45,7 +45,7 @@ import { blockRecords, type BlockRef, blocksTopic, outgoing } from "./BlockMessa
 import { ChainLocks } from "./ChainLocks.ts"
 import { IngestCursors } from "./Cursor.ts"
 import { subscribeHashBlocks } from "./HashBlocks.ts"
-import { IngesterRegistry } from "./IngesterRegistry.ts"
+import { IngesterRegistry, ingesterFiberName } from "./IngesterRegistry.ts"
 import {
   heightsToFetch,
   linkedLength,
@@ -287,7 +287,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
       })
     }
 
-    return yield* supervisor.supervise({ name: `ingester ${chain}`, kind: "ingester" }, attempt, {
+    return yield* supervisor.supervise({ name: ingesterFiberName(chain), kind: "ingester" }, attempt, {
       onIncident: (error) =>
         registry.update(chain, (s) => ({ ...s, state: "backing-off", lastError: error, restarts: s.restarts + 1 }))
     }).pipe(

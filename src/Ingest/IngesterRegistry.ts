@@ -12,6 +12,9 @@ import type { HeadSource } from "./NewHeads.ts"
 
 export type IngesterState = "starting" | "running" | "backing-off" | "stopped"
 
+/** The name of a chain's ingester among the supervised fibers (logs, metrics, /ops/status). */
+export const ingesterFiberName = (chain: ChainName): string => `ingester ${chain}`
+
 export interface IngesterStatus {
   readonly chain: ChainName
   readonly state: IngesterState

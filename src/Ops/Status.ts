@@ -16,7 +16,7 @@ import { type EndpointStatus, everyEndpointDown } from "../Chains/EndpointHealth
 import type { ChainName } from "../Domain/Chain.ts"
 import { EventLog, type PartitionLag } from "../EventLog/EventLog.ts"
 import { blocksTopic } from "../Ingest/BlockMessage.ts"
-import { type IngesterState, IngesterRegistry } from "../Ingest/IngesterRegistry.ts"
+import { ingesterFiberName, type IngesterState, IngesterRegistry } from "../Ingest/IngesterRegistry.ts"
 import type { HeadSource } from "../Ingest/NewHeads.ts"
 import { MatcherGroupId } from "../Matcher/Consumer.ts"
 import { Matcher, type MatcherStatus } from "../Matcher/Matcher.ts"
@@ -206,7 +206,7 @@ export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus",
         const status = statuses.get(chain)
         const lock = holderMap.get(chain) ?? null
         const holder = lock?.replica ?? null
-        const stall = stalls.get(`ingester ${chain}`)
+        const stall = stalls.get(ingesterFiberName(chain))
         const running = status !== undefined && status.state !== "stopped"
         const cursor = cursors.find((row) => row.chain === chain)
         const lastPublished = cursor?.number ?? null

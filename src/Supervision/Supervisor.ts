@@ -285,7 +285,7 @@ export class Supervisor extends Effect.Service<Supervisor>()("confirmd/Superviso
        */
       step: (step: string): Effect.Effect<void> => setBusy(step),
       /** The supervised fiber running this waits for work (a new head, a message): never stalled. */
-      waiting: setBusy(null) as Effect.Effect<void>,
+      waiting: setBusy(null),
       /** Every fiber supervised so far in this process, by name. */
       statuses: Effect.map(SubscriptionRef.get(ref), (all) => [...all.values()]),
       changes: ref.changes
