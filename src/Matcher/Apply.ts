@@ -34,7 +34,7 @@ import { attribute, type BlockTransfer, positionOf } from "./Attribution.ts"
 import { lockCursor, readBlock } from "./BlockRead.ts"
 import { type DonationRow, orphanDetections, orphanTransfers, writeAttribution } from "./BlockWrite.ts"
 import { ChainConfirmationsRequired } from "./Confirmations.ts"
-import { paidFacts, recount } from "./Recount.ts"
+import { recount } from "./Recount.ts"
 
 /**
  * `LATE_PAYMENT_WINDOW_SECONDS` (default 86400): how long after its expiry a payment still
@@ -165,21 +165,19 @@ export const makeApply = Effect.gen(function*() {
         occurredAt: occurredAt.toISOString()
       })
       const finalized = newerFinalized(cursor.finalized, block.finalized)
-      const paid = yield* recount(
-        sql,
-        chainRequired[block.chain],
-        block.chain,
-        block.number,
-        block.hash,
-        block.timestamp,
-        finalized
+      const paid = yield* outbox.paidInserts(occurredAt.toISOString()).pipe(
+        Effect.flatMap((paidInserts) =>
+          recount(sql, chainRequired[block.chain], block.chain, block.number, block.hash, block.timestamp, finalized, paidInserts)
+        ),
+        // The span the webhook deliveries it writes continue.
+        Effect.withSpan("Matcher.recount")
       )
 
       const intents = donations.filter((row) => row.kind === "intent").length
       const completed = [...attribution.payments.values()].flatMap((p) =>
         p.completedBy === null ? [] : [{ id: p.candidate.id, txHash: p.completedBy.txHash }]
       )
-      yield* outbox.record([...paidFacts(paid), ...donations.map((row) => donationFact(block, row))], occurredAt)
+      yield* outbox.record(donations.map((row) => donationFact(block, row)), occurredAt)
       return {
         chain: block.chain,
         type: "block",
@@ -218,6 +216,8 @@ export const makeApply = Effect.gen(function*() {
       yield* orphanTransfers(sql, record.chain, record.fromNumber)
       const orphaned = yield* orphanDetections(sql, record.chain, record.fromNumber, key)
       const ancestor: BlockRef | null = record.commonAncestor
+      const occurredAt = new Date(yield* Clock.currentTimeMillis)
+      // Counting down from a lower head pays nothing new; the deliveries would be written as after a block.
       yield* recount(
         sql,
         chainRequired[record.chain],
@@ -225,10 +225,10 @@ export const makeApply = Effect.gen(function*() {
         record.fromNumber - 1n,
         ancestor?.hash ?? null,
         null,
-        cursor.finalized
+        cursor.finalized,
+        yield* outbox.paidInserts(occurredAt.toISOString())
       )
 
-      const occurredAt = new Date(yield* Clock.currentTimeMillis)
       const reorged: Array<PaymentReorged> = []
       for (const row of orphaned) {
         if (row.kind === "payment" && row.payment_status === "PAID") {

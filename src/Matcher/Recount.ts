@@ -1,32 +1,17 @@
 /**
  * The matcher's confirmation count: one statement recounts a chain's detected, not yet PAID
- * payments from its head, moves those at their threshold to PAID and stores the cursor; the
- * payments it made PAID are handed to the outbox as `PaymentPaid` facts.
+ * payments from its head, moves those at their threshold to PAID, writes their webhook
+ * deliveries and `payment.paid` records (the outbox's statements, built in SQL) and stores the
+ * cursor.
  */
 import type { SqlClient } from "@effect/sql"
 import { Effect, Schema } from "effect"
-import { Asset } from "../Domain/Asset.ts"
-import { ChainName } from "../Domain/Chain.ts"
-import { Fact, type PaymentPaid } from "../Outbox/Facts.ts"
+import type { ChainName } from "../Domain/Chain.ts"
+import type { PaidInserts } from "../Outbox/Outbox.ts"
+import type { PaidSource } from "../Outbox/PaidRecords.ts"
 
-const PaidRow = Schema.Struct({
-  id: Schema.String,
-  account_id: Schema.String,
-  chain: ChainName,
-  address: Schema.String,
-  asset: Asset,
-  token_contract: Schema.NullOr(Schema.String),
-  amount_smallest: Schema.BigInt,
-  usd_amount: Schema.String,
-  callback_url: Schema.String,
-  tx_hash: Schema.String,
-  block_number: Schema.BigInt,
-  block_hash: Schema.String,
-  confirmations: Schema.Number
-})
-type PaidRow = typeof PaidRow.Type
+const PaidRow = Schema.Struct({ id: Schema.String, tx_hash: Schema.String })
 const decodePaid = Schema.decodeUnknown(Schema.Array(PaidRow))
-
 /** Whether a counted payment row is PAID at `head`: its threshold reached, and finality when it waits for it. */
 const paidWhen = (sql: SqlClient.SqlClient, head: bigint, chainDefault: number, finalized: bigint | null) =>
   sql`(block_number <= ${head.toString()}::bigint + 1 - COALESCE(confirmations_required, ${chainDefault}::int)
@@ -35,7 +20,8 @@ const paidWhen = (sql: SqlClient.SqlClient, head: bigint, chainDefault: number, 
 /**
  * Recounts the confirmations of the chain's detected, not yet PAID payments with `head` as
  * the chain head, moves those at their threshold to PAID (closing their watch), stores the
- * cursor; returns the payments that became PAID. A payment's threshold is its own
+ * cursor, and writes the deliveries and records of the payments that became PAID
+ * (`paidInserts`, the outbox's); returns those payments. A payment's threshold is its own
  * `confirmations_required`, else the chain's default (rows of older code); with
  * `wait_for_finality` it also needs the chain's finalized height at or past its block.
  */
@@ -46,9 +32,11 @@ export const recount = (
   head: bigint,
   hash: string | null,
   blockTime: number | null,
-  finalized: bigint | null
-) =>
-  sql`
+  finalized: bigint | null,
+  paidInserts: (source: PaidSource) => PaidInserts
+) => {
+  const inserts = paidInserts({ relation: "paid", chain })
+  return sql`
     WITH counted AS (
       UPDATE payments SET
         confirmations = (${head.toString()}::bigint - block_number + 1)::int,
@@ -60,9 +48,8 @@ export const recount = (
         -- payment completed in this very block was written with its first confirmation).
         AND (confirmations <> ${head.toString()}::bigint - block_number + 1
              OR ${paidWhen(sql, head, chainDefault, finalized)})
-      RETURNING id, account_id, chain, address, asset, token_contract, amount_smallest::text AS amount_smallest,
-                usd_amount::text AS usd_amount, callback_url, tx_hash, block_number::text AS block_number,
-                block_hash, confirmations, status
+      RETURNING id, account_id, chain, address, asset, token_contract, amount_smallest, usd_amount, callback_url,
+                tx_hash, block_number, block_hash, confirmations, status
     ),
     closed AS (
       UPDATE watches SET open = false FROM counted
@@ -73,30 +60,12 @@ export const recount = (
         block_time = to_timestamp(${blockTime}::double precision), updated_at = clock_timestamp(),
         finalized = GREATEST(finalized, ${finalized === null ? null : finalized.toString()}::bigint)
       WHERE chain = ${chain}
-    )
-    SELECT id, account_id, chain, address, asset, token_contract, amount_smallest, usd_amount, callback_url, tx_hash,
-           block_number, block_hash, confirmations
-    FROM counted WHERE status = 'PAID'`.pipe(
+    ),
+    paid AS (SELECT * FROM counted WHERE status = 'PAID'),
+    delivered AS (${inserts.deliveries}),
+    published AS (${inserts.records})
+    SELECT id, tx_hash FROM paid`.pipe(
     // A row of another shape is a bug in this statement, not a database failure.
     Effect.flatMap((rows) => Effect.orDie(decodePaid(rows)))
   )
-
-/** The facts of the payments a recount made PAID. */
-export const paidFacts = (rows: ReadonlyArray<PaidRow>): ReadonlyArray<PaymentPaid> =>
-  rows.map((row) =>
-    Fact.PaymentPaid({
-      paymentId: row.id,
-      accountId: row.account_id,
-      chain: row.chain,
-      address: row.address,
-      asset: row.asset,
-      tokenContract: row.token_contract,
-      amount: row.amount_smallest,
-      usdAmount: row.usd_amount,
-      callbackUrl: row.callback_url,
-      txHash: row.tx_hash,
-      blockNumber: row.block_number,
-      blockHash: row.block_hash,
-      confirmations: row.confirmations
-    })
-  )
+}

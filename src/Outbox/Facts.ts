@@ -2,12 +2,12 @@
  * What the matcher hands the outbox: typed facts of the pipeline, with everything their
  * messages need. How a fact is told (its webhook body, its confirmation-topic record, their
  * event ids) is decided here, from the contract in ./Payloads.ts; the matcher never builds a
- * body. The accounting records (`payment.underpaid`, `payment.paid_late`,
- * `transfer.unattributed`) are built by PostgreSQL next to the transfers they report
- * (./AccountingRecords.ts), inserted through `Outbox.insertAccountingRecords`.
+ * body. The callbacks and records of payments made PAID, and the accounting records
+ * (`payment.underpaid`, `payment.paid_late`, `transfer.unattributed`), are built by PostgreSQL
+ * next to the rows they report (./PaidRecords.ts, ./AccountingRecords.ts), inserted through
+ * `Outbox.paidInserts` and `Outbox.insertAccountingRecords`.
  */
 import { Data } from "effect"
-import { type Asset, assetDecimals } from "../Domain/Asset.ts"
 import { type ChainName, chainOfDonationChain, chains, type DonationChainName } from "../Domain/Chain.ts"
 import { formatSmallest } from "../Domain/Money.ts"
 import {
@@ -15,8 +15,7 @@ import {
   confirmationRecord,
   type DeliveryRow,
   type OutboxRow,
-  outboxRow,
-  paymentDelivery
+  outboxRow
 } from "./Payloads.ts"
 
 /** A donation (challenge or signup intent) confirmed by a transfer in a block. */
@@ -33,25 +32,6 @@ interface DonationConfirmed {
 }
 
 export type Fact = Data.TaggedEnum<{
-  /** A payment reached its threshold: its callback and a `payment.paid` record. */
-  PaymentPaid: {
-    readonly paymentId: string
-    readonly accountId: string
-    readonly chain: ChainName
-    readonly address: string
-    readonly asset: Asset
-    /** The token contract of a stablecoin payment; null for a native one. */
-    readonly tokenContract: string | null
-    /** In the smallest unit of the payment's asset. */
-    readonly amount: bigint
-    readonly usdAmount: string
-    readonly callbackUrl: string
-    readonly txHash: string
-    readonly blockNumber: bigint
-    readonly blockHash: string
-    readonly confirmations: number
-  }
-  /** A PAID payment's transaction left the canonical chain (it stays PAID): a `payment.reorged` record. */
   PaymentReorged: {
     readonly paymentId: string
     readonly accountId: string
@@ -68,7 +48,6 @@ export type Fact = Data.TaggedEnum<{
 
 export const Fact = Data.taggedEnum<Fact>()
 
-export type PaymentPaid = Data.TaggedEnum.Value<Fact, "PaymentPaid">
 export type PaymentReorged = Data.TaggedEnum.Value<Fact, "PaymentReorged">
 export type ChallengeConfirmed = Data.TaggedEnum.Value<Fact, "ChallengeConfirmed">
 export type IntentConfirmed = Data.TaggedEnum.Value<Fact, "IntentConfirmed">
@@ -94,38 +73,6 @@ export const rowsOf = (facts: ReadonlyArray<Fact>, occurredAt: Date) => {
   const events: Array<OutboxRow> = []
   for (const fact of facts) {
     switch (fact._tag) {
-      case "PaymentPaid": {
-        // Token fields only on a token payment: a native payment's bodies are exactly the spec's.
-        const token = fact.asset !== "native" && fact.tokenContract !== null
-          ? { asset: fact.asset, tokenContract: fact.tokenContract }
-          : {}
-        deliveries.push(paymentDelivery(fact.callbackUrl, {
-          paymentId: fact.paymentId,
-          userId: fact.accountId,
-          chain: fact.chain,
-          address: fact.address,
-          txHash: fact.txHash,
-          blockNumber: fact.blockNumber,
-          confirmations: fact.confirmations,
-          expectedAmountWei: fact.amount,
-          ...token
-        }))
-        events.push(outboxRow(confirmationRecord.paymentPaid({
-          paymentId: fact.paymentId,
-          userId: fact.accountId,
-          chain: fact.chain,
-          address: fact.address,
-          txHash: fact.txHash,
-          blockNumber: fact.blockNumber,
-          blockHash: fact.blockHash,
-          confirmations: fact.confirmations,
-          amountSmallest: fact.amount,
-          amountNative: formatSmallest(fact.amount, assetDecimals(fact.chain, fact.asset)),
-          usdAmount: fact.usdAmount,
-          ...token
-        }, occurredAt)))
-        break
-      }
       case "PaymentReorged":
         events.push(outboxRow(confirmationRecord.paymentReorged({
           paymentId: fact.paymentId,

@@ -14,6 +14,7 @@ import { accountingRecords, type RecordsBlock } from "./AccountingRecords.ts"
 import { makeDeliveryStore } from "./DeliveryStore.ts"
 import { makeEventStore } from "./EventStore.ts"
 import { type Fact, rowsOf } from "./Facts.ts"
+import { paidDeliveries, paidRecords, type PaidSource } from "./PaidRecords.ts"
 import type { DeliveryRow, OutboxRow } from "./Payloads.ts"
 import { currentTraceparent } from "../Tracing/TraceContext.ts"
 
@@ -33,6 +34,12 @@ export interface Backlog {
   readonly confirmationsOldestSeconds: number | null
   readonly webhooksPending: number
   readonly webhooksOldestSeconds: number | null
+}
+
+/** The two data-modifying CTEs that write the deliveries and records of payments made PAID. */
+export interface PaidInserts {
+  readonly deliveries: Statement.Fragment
+  readonly records: Statement.Fragment
 }
 
 export class Outbox extends Effect.Service<Outbox>()("confirmd/Outbox", {
@@ -86,6 +93,23 @@ export class Outbox extends Effect.Service<Outbox>()("confirmd/Outbox", {
         ON CONFLICT (id) DO NOTHING`
 
     /**
+     * The webhook deliveries and `payment.paid` records (PaidRecords.ts) of the payments in a
+     * relation of the caller's statement, as two of its data-modifying CTEs: built in SQL next
+     * to the rows that became PAID, in the same round trip, with this write's trace context.
+     */
+    const paidInserts = (occurredAt: string): Effect.Effect<(source: PaidSource) => PaidInserts> =>
+      Effect.map(currentTraceparent, (traceparent) => (source) => ({
+        deliveries: sql`
+          INSERT INTO webhook_deliveries (id, url, payload, signer, traceparent)
+          SELECT id, url, payload, signer, ${traceparent}::text FROM (${paidDeliveries(sql, source)}) AS d
+          ON CONFLICT (id) DO NOTHING`,
+        records: sql`
+          INSERT INTO outbox_events (id, key, type, payload, traceparent)
+          SELECT id, key, type, payload, ${traceparent}::text FROM (${paidRecords(sql, source, occurredAt)}) AS e
+          ON CONFLICT (id) DO NOTHING`
+      }))
+
+    /**
      * Queues a finished (delivered or dropped) delivery again, due now, with the full attempt
      * budget; a pending one is already queued and is left alone, so an attempt in flight keeps
      * its lease. Call `committed` afterwards.
@@ -123,6 +147,7 @@ export class Outbox extends Effect.Service<Outbox>()("confirmd/Outbox", {
       write,
       record,
       insertAccountingRecords,
+      paidInserts,
       requeue,
       /** The dispatcher's statements: claim, renew a lease, hand back, record an attempt. */
       deliveries: makeDeliveryStore(sql),

@@ -3,8 +3,9 @@
  * the ingester's span (`ChainIngester.ingest`) → the publish (`EventLog.publish`, whose
  * context rides in each record's `traceparent` header, in Kafka and in the embedded log
  * alike) → the matcher's batch and block (`Matcher.applyBatch`, `Matcher.apply`) → the
- * delivery rows (`Outbox.write`, whose context is stored beside each row) → each webhook
- * attempt (`WebhookDispatcher.attempt`) and its POST.
+ * delivery rows (`Matcher.recount` for payments made PAID, `Outbox.write` for challenges;
+ * the context is stored beside each row) → each webhook attempt (`WebhookDispatcher.attempt`)
+ * and its POST.
  *
  * The context is a W3C `traceparent` (`00-<trace id>-<span id>-<flags>`), the format every
  * OpenTelemetry consumer of the confirmations topic reads too.

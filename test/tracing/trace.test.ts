@@ -22,7 +22,7 @@ const path = [
   "EventLog.publish",
   "Matcher.applyBatch",
   "Matcher.apply",
-  "Outbox.write",
+  "Matcher.recount",
   "WebhookDispatcher.attempt"
 ]
 
