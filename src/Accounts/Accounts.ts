@@ -208,6 +208,6 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
         VALUES (${accountId}, ${plan}, 'active', now(), now() + make_interval(days => ${BILLING_PERIOD_DAYS}))
         ON CONFLICT (account_id) DO UPDATE SET plan = EXCLUDED.plan, status = 'active', updated_at = now()`
 
-    return traced("Accounts", { authenticate, create, rotateApiKey, find, subscription, requireUsable, takeEvent, refusal, subscribe, plans: planTable, planOf } as const)
+    return yield* traced("Accounts", { authenticate, create, rotateApiKey, find, subscription, requireUsable, takeEvent, refusal, subscribe, plans: planTable, planOf } as const)
   })
 }) {}

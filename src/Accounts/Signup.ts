@@ -215,6 +215,6 @@ export class Signup extends Effect.Service<Signup>()("confirmd/Signup", {
         Effect.map((rows) => rows[0] ? intentOut(rows[0]) : null)
       )
 
-    return traced("Signup", { signup, status, pendingDonation } as const)
+    return yield* traced("Signup", { signup, status, pendingDonation } as const)
   })
 }) {}

@@ -89,6 +89,6 @@ export class Addresses extends Effect.Service<Addresses>()("confirmd/Addresses",
         WHERE account_id = ${accountId} AND chain = ${chain} AND address = ${address} AND ${when}
         RETURNING address`
 
-    return traced("Addresses", { canonical, add, list, remove, leastUsed, countAllocation } as const)
+    return yield* traced("Addresses", { canonical, add, list, remove, leastUsed, countAllocation } as const)
   })
 }) {}

@@ -139,6 +139,6 @@ export class Challenges extends Effect.Service<Challenges>()("confirmd/Challenge
         expiresAt: row.expires_at
       })))
 
-    return traced("Challenges", { create, get, forPayer } as const)
+    return yield* traced("Challenges", { create, get, forPayer } as const)
   })
 }) {}

@@ -89,7 +89,7 @@ export class Checkout extends Effect.Service<Checkout>()("confirmd/Checkout", {
         expiresAt: c.expiresAt
       })))
 
-    return traced("Checkout", { payment, challenge } as const)
+    return yield* traced("Checkout", { payment, challenge } as const)
   })
 }) {}
 

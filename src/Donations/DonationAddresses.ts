@@ -41,6 +41,6 @@ export class DonationAddresses extends Effect.Service<DonationAddresses>()("conf
               : new UnsupportedDonationChain({ chain })
           )
       })
-    return traced("DonationAddresses", { all: targets as ReadonlyArray<DonationTarget>, resolve } as const)
+    return yield* traced("DonationAddresses", { all: targets as ReadonlyArray<DonationTarget>, resolve } as const)
   })
 }) {}

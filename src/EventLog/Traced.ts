@@ -18,6 +18,7 @@ export const traced = (log: EventLogService): EventLogService => ({
       }))).pipe(
         Effect.withSpan("EventLog.publish", {
           kind: "producer",
+          captureStackTrace: false,
           attributes: {
             "messaging.destination.name": [...new Set(records.map((record) => record.topic))].join(","),
             "messaging.batch.message_count": records.length

@@ -159,7 +159,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
           eventLog.publish(outgoing(eventLog, [record])),
           cursors.rewind(chain, to)
         )).pipe(
-          Effect.withSpan("ChainIngester.reorg", { root: true, attributes: { chain, "block.from": String(record.fromNumber) } })
+          Effect.withSpan("ChainIngester.reorg", { root: true, captureStackTrace: false, attributes: { chain, "block.from": String(record.fromNumber) } })
         )
         yield* registry.update(chain, (s) => ({ ...s, reorgs: s.reorgs + 1, lastPublished: record.commonAncestor }))
         return rewound(state, to)
@@ -194,6 +194,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
             // Each run starts its own trace: the one its blocks' consumers continue.
             Effect.withSpan("ChainIngester.ingest", {
               root: true,
+              captureStackTrace: false,
               attributes: { chain, "block.from": String(refs[0].number), "block.to": String(ref.number), blocks: refs.length }
             })
           )

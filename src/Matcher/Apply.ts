@@ -170,7 +170,7 @@ export const makeApply = Effect.gen(function*() {
           recount(sql, chainRequired[block.chain], block.chain, block.number, block.hash, block.timestamp, finalized, paidInserts)
         ),
         // The span the webhook deliveries it writes continue.
-        Effect.withSpan("Matcher.recount")
+        Effect.withSpan("Matcher.recount", { captureStackTrace: false })
       )
 
       const intents = donations.filter((row) => row.kind === "intent").length

@@ -103,7 +103,7 @@ export class TransferLog extends Effect.Service<TransferLog>()("confirmd/Transfe
           })),
           more: rows.length > q.limit
         })),
-        Effect.withSpan("TransferLog.forAccount", { attributes: { limit: q.limit } })
+        Effect.withSpan("TransferLog.forAccount", { captureStackTrace: false, attributes: { limit: q.limit } })
       )
     }
 

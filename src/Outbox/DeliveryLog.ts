@@ -92,6 +92,6 @@ export class DeliveryLog extends Effect.Service<DeliveryLog>()("confirmd/Deliver
     const redeliver = (eventId: string) =>
       outbox.requeue(eventId).pipe(Effect.zipRight(outbox.committed), Effect.zipRight(find(eventId)))
 
-    return traced("DeliveryLog", { find, redeliver } as const)
+    return yield* traced("DeliveryLog", { find, redeliver } as const)
   })
 }) {}

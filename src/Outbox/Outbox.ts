@@ -72,7 +72,7 @@ export class Outbox extends Effect.Service<Outbox>()("confirmd/Outbox", {
       }::jsonb[])
         ON CONFLICT (id) DO NOTHING`).pipe(
         Effect.asVoid,
-        Effect.withSpan("Outbox.write", { attributes: { deliveries: deliveries.length, events: outboxEvents.length } })
+        Effect.withSpan("Outbox.write", { captureStackTrace: false, attributes: { deliveries: deliveries.length, events: outboxEvents.length } })
       )
 
     /** The callbacks and records of `facts` (see `rowsOf`), written as `write` writes them. */

@@ -389,6 +389,6 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
             : Option.none())
       })
 
-    return traced("Payments", { create, list, get, deliveries, redeliver, forPayer } as const)
+    return yield* traced("Payments", { create, list, get, deliveries, redeliver, forPayer } as const)
   })
 }) {}

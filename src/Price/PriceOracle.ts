@@ -360,7 +360,7 @@ export class PriceOracle extends Effect.Service<PriceOracle>()("confirmd/PriceOr
       }
     )
 
-    return traced("PriceOracle", { usdPrice } as const)
+    return yield* traced("PriceOracle", { usdPrice } as const)
   }),
   dependencies: [FetchHttpClient.layer]
 }) {}

@@ -55,9 +55,9 @@ export const withSpanContinuing = (
   Effect.flatMap(Effect.option(Effect.currentParentSpan), (current) => {
     const parent = parentFrom(carried)
     if (Option.isNone(parent) || Option.exists(current, (span) => span.traceId === parent.value.traceId)) {
-      return Effect.withSpan(self, name, options)
+      return Effect.withSpan(self, name, { captureStackTrace: false, ...options })
     }
-    return Effect.withSpan(self, name, { ...options, parent: parent.value })
+    return Effect.withSpan(self, name, { captureStackTrace: false, ...options, parent: parent.value })
   })
 
 /** Links from a span to the traces of `carried` contexts (other messages of one batch). */

@@ -29,7 +29,7 @@ export class Transfers extends Effect.Service<Transfers>()("confirmd/Transfers",
         more: page.more
       }))
 
-    return traced("Transfers", { list } as const)
+    return yield* traced("Transfers", { list } as const)
   }),
   dependencies: [TransferLog.Default]
 }) {}

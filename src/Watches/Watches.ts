@@ -213,6 +213,6 @@ export class Watches extends Effect.Service<Watches>()("confirmd/Watches", {
           }).pipe(sql.withTransaction)
       })
 
-    return traced("Watches", { quote, open, create } as const)
+    return yield* traced("Watches", { quote, open, create } as const)
   })
 }) {}
