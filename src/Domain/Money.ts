@@ -181,10 +181,13 @@ export const nativeToSmallest = (text: string, decimals: number): Option.Option<
  * which nobody has trouble typing). `priceUsd` must be positive.
  */
 export const amountStep = (priceUsd: BigDecimal.BigDecimal, decimals: number, stepUsd: BigDecimal.BigDecimal): bigint => {
-  // 10^k smallest units are worth price·10^(k − decimals) USD.
-  const fits = (k: number) => BigDecimal.lessThanOrEqualTo(BigDecimal.make(priceUsd.value * ten(k), priceUsd.scale + decimals), stepUsd)
-  const exponent = Array.from({ length: decimals + 1 }, (_, i) => decimals - i).find(fits) ?? 0
-  return ten(exponent)
+  // 10^k smallest units are worth price·10^(k − decimals) USD, so k fits when
+  // price.value·10^k ≤ step.value·10^(decimals + price.scale − step.scale): 10^k ≤ their floored quotient.
+  const shift = decimals + priceUsd.scale - stepUsd.scale
+  const quotient = shift >= 0
+    ? (stepUsd.value * ten(shift)) / priceUsd.value
+    : stepUsd.value / (priceUsd.value * ten(-shift))
+  return ten(quotient < 1n ? 0 : Math.min(quotient.toString().length - 1, decimals))
 }
 
 /** Decimals an amount on `step` shows at most: 10^k smallest units of a `decimals` asset → decimals − k. */

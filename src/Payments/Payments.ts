@@ -150,6 +150,7 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
     const requiredOf = (row: PaymentRow) =>
       row.confirmations_required ?? (isChainName(row.chain) ? defaultRequired[row.chain] : 1)
 
+    // Validated once, when the response is encoded.
     const toStatus = (row: PaymentRow): PaymentStatus => new PaymentStatus({
       payment_id: row.id,
       status: row.status,
@@ -165,7 +166,7 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
       exception: row.exception,
       confirmations_required: requiredOf(row),
       wait_for_finality: row.wait_for_finality
-    })
+    }, { disableValidation: true })
 
     /**
      * The payment's confirmation policy: the request's threshold, else the chain's default,
@@ -252,6 +253,7 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
               return { address: row.address, amount: row.amount, prepared: null }
             })
         })
+        // Validated once, when the response is encoded.
         return new CreatePaymentOut({
           payment_id: opened.id,
           chain,
@@ -266,7 +268,7 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
           exception: null,
           confirmations_required: policy.required,
           wait_for_finality: policy.waitForFinality
-        })
+        }, { disableValidation: true })
       })
 
     const columns = `id, ${effectiveStatus} AS status, chain, address, asset, token_contract,
