@@ -131,11 +131,16 @@ export const readBlock = (
         ${transfers.map((t) => t.position)}::text[]
       ) WITH ORDINALITY AS t (tx_hash, address, amount, asset, position, ord)
     ),
-    a AS (SELECT DISTINCT address, asset FROM t),
+    -- The block's addresses with any open watch: most transfers in a block go elsewhere, and
+    -- one probe each rules them out for the lookups below.
+    a AS MATERIALIZED (
+      SELECT DISTINCT t.address, t.asset FROM t WHERE EXISTS (
+        SELECT 1 FROM watches w WHERE w.open AND w.chain = ${block.chain} AND w.asset = t.asset AND w.address = t.address)
+    ),
     exact AS (
       SELECT t.ord, w.id, w.kind,
              (w.expires_at > ${bt} OR EXISTS (SELECT 1 FROM detections d WHERE d.watch_id = w.id AND d.tx_hash = t.tx_hash)) AS live
-      FROM t JOIN watches w
+      FROM t JOIN a ON a.address = t.address AND a.asset = t.asset JOIN watches w
         ON w.open AND w.chain = ${block.chain} AND w.asset = t.asset AND w.address = t.address AND w.amount_smallest = t.amount
       WHERE COALESCE(w.start_block, -1) < ${n}::bigint
     ),
@@ -159,8 +164,10 @@ export const readBlock = (
         AND w.chain = ${block.chain} AND w.kind = 'payment' AND COALESCE(w.start_block, -1) < ${n}::bigint
         AND (w.address, w.asset) IN (SELECT address, asset FROM a)
     ),
+    -- Expired payments' watches are closed: every address of the block is looked at.
     late_expired AS (
-      SELECT p.id, a.address, a.asset, p.amount_smallest - p.amount_received AS remainder FROM a
+      SELECT p.id, a.address, a.asset, p.amount_smallest - p.amount_received AS remainder
+      FROM (SELECT DISTINCT address, asset FROM t) a
       JOIN payments p ON p.status = 'EXPIRED' AND p.chain = ${block.chain} AND p.address = a.address
         AND p.expires_at <= ${bt} AND p.expires_at > ${lateFrom}
       JOIN watches w ON w.id = p.id AND w.asset = a.asset
