@@ -75,6 +75,7 @@ export interface ConsumerLag extends PartitionLag {
 }
 
 export interface Snapshot {
+  /** When the snapshot was complete (every `since` it shows is at or before it). */
   readonly time: DateTime.Utc
   readonly replica: ReplicaIdentity
   readonly mode: {
@@ -256,7 +257,9 @@ export class OpsStatus extends Effect.Service<OpsStatus>()("confirmd/OpsStatus",
       })
 
       return {
-        time: now,
+        // When the snapshot was complete: a state read after `now` (an endpoint failing meanwhile)
+        // is never newer than the snapshot that shows it.
+        time: yield* DateTime.now,
         replica,
         mode,
         schema,
