@@ -1,5 +1,5 @@
 import { afterAll, describe, expect, it, layer, type Vitest } from "@effect/vitest"
-import { Chunk, ConfigProvider, Effect, Fiber, Layer, Schedule, Stream } from "effect"
+import { Chunk, ConfigProvider, Deferred, Effect, Fiber, Layer, Option, Schedule, Stream } from "effect"
 import { execFile } from "node:child_process"
 import { randomBytes } from "node:crypto"
 import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs"
@@ -167,19 +167,36 @@ const suite = (name: string, eventLog: Layer.Layer<EventLog>, extra?: (it: Metho
         yield* log.publish(
           Array.from({ length: 50 }, (_, i) => ({ topic, key: `k${i % 5}`, value: encode(String(i)) }))
         )
-        const readAll = (groupId: string) =>
+        // Each group commits only once both have read everything, while its subscription still
+        // runs: a commit trims what every group registered so far has committed, and the two
+        // register concurrently here, so an early commit could trim what the other was about
+        // to register for.
+        const [readA, readB] = [yield* Deferred.make<void>(), yield* Deferred.make<void>()]
+        const readAll = (groupId: string, mine: Deferred.Deferred<void>, other: Deferred.Deferred<void>) =>
           log.subscribe({ groupId, topics: [topic] }).pipe(
             Stream.take(50),
-            Stream.tap((message) => message.commit),
-            Stream.runCollect,
-            Effect.map((chunk) => Chunk.toReadonlyArray(chunk).map((m) => Number(decode(m.value))))
+            Stream.grouped(50),
+            Stream.mapEffect((messages) =>
+              Deferred.succeed(mine, undefined).pipe(
+                Effect.zipRight(Deferred.await(other)),
+                Effect.zipRight(Effect.forEach(messages, (message) => message.commit, { discard: true })),
+                Effect.as(Chunk.toReadonlyArray(messages))
+              )
+            ),
+            Stream.runHead,
+            Effect.map(Option.getOrElse(() => []))
           )
-        const [a, b] = yield* Effect.all([readAll(group("groups-a")), readAll(group("groups-b"))], {
+        const [a, b] = yield* Effect.all([readAll(group("groups-a"), readA, readB), readAll(group("groups-b"), readB, readA)], {
           concurrency: 2
         })
         const all = Array.from({ length: 50 }, (_, i) => i)
-        expect([...a].sort((x, y) => x - y)).toEqual(all)
-        expect([...b].sort((x, y) => x - y)).toEqual(all)
+        const values = (messages: ReadonlyArray<{ readonly value: Uint8Array }>) =>
+          messages.map((m) => Number(decode(m.value))).sort((x, y) => x - y)
+        expect(values(a)).toEqual(all)
+        expect(values(b)).toEqual(all)
+        for (const groupId of [group("groups-a"), group("groups-b")]) {
+          expect((yield* log.lag(groupId, topic)).map((p) => p.lag)).toEqual([0n, 0n])
+        }
       }), 60_000)
 
     it.effect("carries a large block and an incompressible 1.5 MB record", () =>
