@@ -12,6 +12,7 @@ import type { PaidSource } from "../Outbox/PaidRecords.ts"
 
 const PaidRow = Schema.Struct({ id: Schema.String, tx_hash: Schema.String })
 const decodePaid = Schema.decodeUnknown(Schema.Array(PaidRow))
+
 /** Whether a counted payment row is PAID at `head`: its threshold reached, and finality when it waits for it. */
 const paidWhen = (sql: SqlClient.SqlClient, head: bigint, chainDefault: number, finalized: bigint | null) =>
   sql`(block_number <= ${head.toString()}::bigint + 1 - COALESCE(confirmations_required, ${chainDefault}::int)

@@ -32,6 +32,7 @@ interface DonationConfirmed {
 }
 
 export type Fact = Data.TaggedEnum<{
+  /** A PAID payment's transaction left the canonical chain (it stays PAID): a `payment.reorged` record. */
   PaymentReorged: {
     readonly paymentId: string
     readonly accountId: string

@@ -63,7 +63,8 @@ const expected = (p: Paid) => {
   const token = p.asset !== "native" && p.tokenContract !== null
     ? { asset: p.asset as "USDC" | "USDT", tokenContract: p.tokenContract }
     : {}
-  const delivery = paymentDelivery(p.callbackUrl, {
+  // What the callback and the record say alike.
+  const common = {
     paymentId: p.id,
     userId: p.accountId,
     chain: p.chain,
@@ -71,22 +72,15 @@ const expected = (p: Paid) => {
     txHash: p.txHash,
     blockNumber: p.blockNumber,
     confirmations: p.confirmations,
-    expectedAmountWei: p.amount,
     ...token
-  })
+  }
+  const delivery = paymentDelivery(p.callbackUrl, { ...common, expectedAmountWei: p.amount })
   const record = outboxRow(confirmationRecord.paymentPaid({
-    paymentId: p.id,
-    userId: p.accountId,
-    chain: p.chain,
-    address: p.address,
-    txHash: p.txHash,
-    blockNumber: p.blockNumber,
+    ...common,
     blockHash: p.blockHash,
-    confirmations: p.confirmations,
     amountSmallest: p.amount,
     amountNative: formatSmallest(p.amount, assetDecimals(p.chain, p.asset === "native" ? "native" : "USDC")),
-    usdAmount: p.usdAmount,
-    ...token
+    usdAmount: p.usdAmount
   }, occurredAt))
   return { delivery, record }
 }
