@@ -173,10 +173,13 @@ export const readBlock = (
       JOIN watches w ON w.id = p.id AND w.asset = a.asset
       WHERE p.tx_hash IS NULL AND COALESCE(w.start_block, -1) < ${n}::bigint
     ),
+    -- Transfers are orphaned only by a reorg, which the cursor records: a chain that never had
+    -- one skips the lookup.
     remined AS (
       SELECT DISTINCT ON (t.ord) t.ord, tr.payment_id, tr.attribution
       FROM t JOIN transfers tr ON tr.chain = ${block.chain} AND tr.tx_hash = t.tx_hash AND tr.position = t.position
       WHERE tr.orphaned_at IS NOT NULL AND tr.payment_id IS NOT NULL
+        AND EXISTS (SELECT 1 FROM locked WHERE locked.last_reorg IS NOT NULL)
       ORDER BY t.ord, tr.id DESC
     ),
     -- An open payment that is not the only one on its address is only a candidate through its

@@ -51,6 +51,45 @@ export const writeAttribution = (
   const attributions: Array<Attribution | null> = recorded.map((r) => r.attribution)
   const events: Array<AccountingEvent | null> = recorded.map((r) => accountingEventOf(r, result))
   const paymentOf = recorded.map((r) => (r.paymentId === null ? undefined : result.payments.get(r.paymentId)?.candidate))
+  // Most blocks confirm no intent or challenge: their statements are left out rather than run empty.
+  const hasDonations = result.donations.length > 0
+  const donationCtes = hasDonations ? sql`
+    m AS (
+      SELECT * FROM unnest(
+        ${result.donations.map((d) => d.kind)}::text[],
+        ${result.donations.map((d) => d.id)}::uuid[],
+        ${result.donations.map((d) => d.txHash)}::text[]
+      ) AS m (kind, id, tx_hash)
+    ),
+    i AS (
+      UPDATE signup_intents SET status = 'CONFIRMED', tx_hash = m.tx_hash, confirmed_at = now()
+      FROM m
+      WHERE m.kind = 'intent' AND signup_intents.id = m.id AND signup_intents.status = 'PENDING'
+      RETURNING signup_intents.id, signup_intents.account_id, signup_intents.chain, signup_intents.address,
+                signup_intents.amount_smallest, signup_intents.usd_amount, signup_intents.tx_hash
+    ),
+    c AS (
+      UPDATE challenges SET status = 'CONFIRMED', tx_hash = m.tx_hash, confirmed_at = now()
+      FROM m
+      WHERE m.kind = 'challenge' AND challenges.id = m.id AND challenges.status = 'PENDING'
+      RETURNING challenges.id, challenges.chain, challenges.address, challenges.amount_smallest,
+                challenges.usd_amount, challenges.callback_url, challenges.tx_hash
+    ),
+    activated AS (
+      UPDATE subscriptions SET status = 'active', updated_at = now()
+      FROM i WHERE subscriptions.account_id = i.account_id AND subscriptions.status = 'pending'
+    ),
+    closed AS (
+      UPDATE watches SET open = false WHERE id IN (SELECT id FROM i UNION ALL SELECT id FROM c)
+    ),` : sql``
+  const donationDetections = hasDonations ? sql`
+      UNION ALL SELECT id, 'intent', ${block.chain}, tx_hash, ${n}::bigint, ${block.hash} FROM i
+      UNION ALL SELECT id, 'challenge', ${block.chain}, tx_hash, ${n}::bigint, ${block.hash} FROM c` : sql``
+  const donationRows = hasDonations ? sql`
+    SELECT 'intent' AS kind, id, account_id, chain, address, amount_smallest::text AS amount_smallest,
+           usd_amount::text AS usd_amount, NULL AS callback_url, tx_hash FROM i
+    UNION ALL
+    SELECT 'challenge', id, NULL, chain, address, amount_smallest::text, usd_amount::text, callback_url, tx_hash FROM c` : sql`SELECT 1 WHERE false`
   return sql`
     WITH r AS (
       SELECT * FROM unnest(
@@ -102,47 +141,16 @@ export const writeAttribution = (
     expired AS (
       UPDATE watches SET open = false WHERE open AND id IN (SELECT id FROM p WHERE status = 'EXPIRED')
     ),
-    m AS (
-      SELECT * FROM unnest(
-        ${result.donations.map((d) => d.kind)}::text[],
-        ${result.donations.map((d) => d.id)}::uuid[],
-        ${result.donations.map((d) => d.txHash)}::text[]
-      ) AS m (kind, id, tx_hash)
-    ),
-    i AS (
-      UPDATE signup_intents SET status = 'CONFIRMED', tx_hash = m.tx_hash, confirmed_at = now()
-      FROM m
-      WHERE m.kind = 'intent' AND signup_intents.id = m.id AND signup_intents.status = 'PENDING'
-      RETURNING signup_intents.id, signup_intents.account_id, signup_intents.chain, signup_intents.address,
-                signup_intents.amount_smallest, signup_intents.usd_amount, signup_intents.tx_hash
-    ),
-    c AS (
-      UPDATE challenges SET status = 'CONFIRMED', tx_hash = m.tx_hash, confirmed_at = now()
-      FROM m
-      WHERE m.kind = 'challenge' AND challenges.id = m.id AND challenges.status = 'PENDING'
-      RETURNING challenges.id, challenges.chain, challenges.address, challenges.amount_smallest,
-                challenges.usd_amount, challenges.callback_url, challenges.tx_hash
-    ),
-    activated AS (
-      UPDATE subscriptions SET status = 'active', updated_at = now()
-      FROM i WHERE subscriptions.account_id = i.account_id AND subscriptions.status = 'pending'
-    ),
-    closed AS (
-      UPDATE watches SET open = false WHERE id IN (SELECT id FROM i UNION ALL SELECT id FROM c)
-    ),
+    ${donationCtes}
     recorded AS (
       INSERT INTO detections (watch_id, kind, chain, tx_hash, block_number, block_hash)
       SELECT id, 'payment', ${block.chain}, completed_tx, ${n}::bigint, ${block.hash} FROM p WHERE completed_tx IS NOT NULL
-      UNION ALL SELECT id, 'intent', ${block.chain}, tx_hash, ${n}::bigint, ${block.hash} FROM i
-      UNION ALL SELECT id, 'challenge', ${block.chain}, tx_hash, ${n}::bigint, ${block.hash} FROM c
+      ${donationDetections}
       -- Canonical again: the detection is live again, so the next reorg takes it out.
       ON CONFLICT (watch_id, block_hash, tx_hash) DO UPDATE SET orphaned_at = NULL
         WHERE detections.orphaned_at IS NOT NULL
     )
-    SELECT 'intent' AS kind, id, account_id, chain, address, amount_smallest::text AS amount_smallest,
-           usd_amount::text AS usd_amount, NULL AS callback_url, tx_hash FROM i
-    UNION ALL
-    SELECT 'challenge', id, NULL, chain, address, amount_smallest::text, usd_amount::text, callback_url, tx_hash FROM c`.pipe(
+    ${donationRows}`.pipe(
     // A row of another shape is a bug in this statement, not a database failure.
     Effect.flatMap((rows) => Effect.orDie(decodeDonations(rows)))
   )
