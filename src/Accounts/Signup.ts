@@ -185,15 +185,15 @@ export class Signup extends Effect.Service<Signup>()("confirmd/Signup", {
 
     const status = (intentId: string) =>
       Effect.gen(function*() {
-        const missing = new SignupIntentNotFound({ intentId })
+        const missing = () => new SignupIntentNotFound({ intentId })
         const id = parseIntentId(intentId)
-        if (Option.isNone(id)) return yield* missing
+        if (Option.isNone(id)) return yield* missing()
         const rows = yield* sql`
           SELECT i.*, s.status AS account_status
           FROM (${selectIntent} WHERE id = ${id.value}) i
           LEFT JOIN subscriptions s ON s.account_id = i.account_id`.pipe(Effect.flatMap(decodeIntentStatusRows), Effect.orDie)
         const row = rows[0]
-        if (row === undefined) return yield* missing
+        if (row === undefined) return yield* missing()
         return new IntentStatusOut({
           intent_id: row.id,
           status: row.status,

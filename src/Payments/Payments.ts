@@ -311,14 +311,15 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
 
     const get = (accountId: AccountId, paymentId: string) =>
       Effect.gen(function*() {
-        const missing = new PaymentNotFound({ paymentId })
+        // Made only when answered: an error captures a stack, a cost on every found payment.
+        const missing = () => new PaymentNotFound({ paymentId })
         const id = parsePaymentId(paymentId)
-        if (Option.isNone(id)) return yield* missing
+        if (Option.isNone(id)) return yield* missing()
         const rows = yield* sql`${select} WHERE account_id = ${accountId} AND id = ${id.value}`.pipe(
           Effect.flatMap(decodeRows),
           Effect.orDie
         )
-        return rows[0] ? toStatus(rows[0]) : yield* missing
+        return rows[0] ? toStatus(rows[0]) : yield* missing()
       })
 
     /** The payment's callback deliveries (one once it is PAID), owner-only like `get`. */
@@ -352,8 +353,8 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
     const redeliver = (accountId: AccountId, paymentId: string) =>
       Effect.gen(function*() {
         const payment = yield* get(accountId, paymentId)
-        const noCallback = new NoCallbackToSend({ paymentId, status: payment.status })
-        if (payment.status !== "PAID") return yield* noCallback
+        const noCallback = () => new NoCallbackToSend({ paymentId, status: payment.status })
+        if (payment.status !== "PAID") return yield* noCallback()
         if (redeliveryInterval > 0) {
           const wait = yield* takeRedeliverySlot(payment.payment_id)
           if (Option.isSome(wait)) {
@@ -361,7 +362,7 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
           }
         }
         const delivery = yield* deliveryLog.redeliver(eventId.paymentPaid(paymentId)).pipe(Effect.orDie)
-        return Option.isSome(delivery) ? toDeliveryOut(delivery.value) : yield* noCallback
+        return Option.isSome(delivery) ? toDeliveryOut(delivery.value) : yield* noCallback()
       })
 
     /** By id alone: the payment id is the payer's capability. */
