@@ -2,7 +2,8 @@
  * Ten local JSON-RPC chains that produce blocks at each chain's mainnet pace and typical
  * size, for the ten-chains and catch-up benchmarks. One HTTP server, one path per chain
  * (`/<chain>`): EVM chains answer `eth_chainId` (the real network's), `eth_blockNumber`,
- * `eth_getBlockByNumber` and `eth_getBlockReceipts` (no traces; JSON-RPC batches too); bitcoin answers Core's `getblockcount`,
+ * `eth_getBlockByNumber` (a height or a tag, `finalized` 12.8 minutes behind the head) and
+ * `eth_getBlockReceipts` (no traces; JSON-RPC batches too); bitcoin answers Core's `getblockcount`,
  * `getblockhash` and `getblock <hash> 2`. Blocks are a pure function of (chain, height), so
  * any height below the head can be served at once; the head moves with the clock:
  * `head = BENCH_HISTORY_SECONDS / blockTime + (now − start) / blockTime`.
@@ -103,6 +104,20 @@ const bitcoinBlock = (height: number) => ({
   }))
 })
 
+/**
+ * How far behind its head a chain's `finalized` (and `safe`) block is: Ethereum's two epochs
+ * (12.8 minutes), which the rollups' finality follows and the others' is shorter than.
+ */
+const finalityLagMs = 768_000
+
+/** The height a block tag names (a hex number, `latest` / `pending`, `finalized` / `safe`, `earliest`); undefined for another. */
+const heightOf = (tag: string, chain: ChainName, head: number): number | undefined =>
+  tag === "latest" || tag === "pending" ? head
+  : tag === "finalized" || tag === "safe" ? Math.max(0, head - Math.ceil(finalityLagMs / blockTime(chain)))
+  : tag === "earliest" ? 0
+  : /^0x[0-9a-f]+$/i.test(tag) ? Number(BigInt(tag))
+  : undefined
+
 interface Call {
   readonly id: unknown
   readonly method: string
@@ -136,8 +151,8 @@ const answer = (chain: ChainName, call: Call, now: number): unknown => {
       case "eth_blockNumber":
         return result(hex(head))
       case "eth_getBlockByNumber": {
-        const tag = String(params[0])
-        const height = tag === "latest" ? head : Number(BigInt(tag))
+        const height = heightOf(String(params[0]), chain, head)
+        if (height === undefined) return { jsonrpc: "2.0", id: call.id, error: { code: -32602, message: `no block tag ${String(params[0])}` } }
         if (height > head) return result(null)
         const block = evmBlock(chain, height)
         return result(params[1] === true ? block : { ...block, transactions: block.transactions.map((t) => t.hash) })
