@@ -19,7 +19,7 @@ import { execFileSync, spawn } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import * as path from "node:path"
-import { freePort } from "../test/support/Service.ts"
+import { freePort, stop } from "../test/support/Service.ts"
 import { freshDatabase } from "./matcher.ts"
 
 const repo = path.resolve(import.meta.dirname, "..")
@@ -71,12 +71,7 @@ const timeToHealth = (args: ReadonlyArray<string>, env: Record<string, string>) 
             await new Promise((resolve) => setTimeout(resolve, 10))
           }
         }),
-      ({ child }) =>
-        Effect.async<void>((resume) => {
-          if (child.exitCode !== null || child.signalCode !== null) return resume(Effect.void)
-          child.once("exit", () => resume(Effect.void))
-          child.kill("SIGTERM")
-        })
+      ({ child }) => Effect.asVoid(stop(child, "SIGTERM"))
     )
   })
 

@@ -66,7 +66,8 @@ export const startService = (
     return service
   })
 
-const stop = (child: ChildProcess, signal: NodeJS.Signals) =>
+/** Sends `signal` to `child` (unless it has ended) and waits for it to end; its exit code. */
+export const stop = (child: ChildProcess, signal: NodeJS.Signals) =>
   Effect.async<number | null>((resume) => {
     if (child.exitCode !== null || child.signalCode !== null) return resume(Effect.succeed(child.exitCode))
     child.once("exit", (code) => resume(Effect.succeed(code)))
