@@ -9,7 +9,7 @@
  *   is at its head, against a bare client fetching the same blocks from the same node (eight
  *   at a time per chain, all chains at once);
  * - then live for `BENCH_LIVE_SECONDS` (60): CPU % of this process, RSS and each chain's head
- *   lag p99 (blocks behind the node, sampled every 250 ms), against a bare client following
+ *   lag p99 (blocks behind the node, its ingest cursor sampled every 250 ms), against a bare client following
  *   the same ten heads over the same window.
  *
  *   npx tsx bench/chains.ts      (or `run` from bench/index.ts)
@@ -82,14 +82,15 @@ const fetchRange = async (base: string, chain: ChainName, from: number, to: numb
   }))
 }
 
-/** `confirmd_ingester_last_published_block` per chain from /metrics. */
-const published = async (baseUrl: string): Promise<Map<string, number>> => {
-  const text = await (await fetch(`${baseUrl}/metrics`)).text()
-  const out = new Map<string, number>()
-  for (const match of text.matchAll(/^confirmd_ingester_last_published_block\{[^}]*chain="(\w+)"[^}]*\} (\d+)/gm)) {
-    out.set(match[1]!, Number(match[2]))
-  }
-  return out
+/**
+ * Each chain's ingest cursor (the newest block published, what `/metrics` shows as
+ * `confirmd_ingester_last_published_block`), read from the database: sampled four times a
+ * second, a scrape of `/metrics` would charge the service with building its whole status
+ * (counting every open watch among it) each time, far more often than a monitor scrapes.
+ */
+const published = async (cursors: pg.Pool): Promise<Map<string, number>> => {
+  const rows = await cursors.query<{ chain: string; number: string }>("SELECT chain, number::text AS number FROM ingest_cursors")
+  return new Map(rows.rows.map((row) => [row.chain, Number(row.number)]))
 }
 
 const cpuPercent = (since: NodeJS.CpuUsage, wallMs: number) => {
@@ -168,10 +169,12 @@ export const run = Effect.gen(function*() {
   })
 
   const started = Date.now()
-  const app = yield* makeTestApp({ ...env(false), DATABASE_URL: database.url })
+  yield* makeTestApp({ ...env(false), DATABASE_URL: database.url })
+  const cursors = new pg.Pool({ connectionString: database.url, max: 1 })
+  yield* Effect.addFinalizer(() => Effect.promise(() => cursors.end()))
   const done = new Map<string, number>()
   while (done.size < chainNames.length) {
-    const at = yield* Effect.promise(() => published(app.baseUrl))
+    const at = yield* Effect.promise(() => published(cursors))
     for (const chain of chainNames) {
       if (!done.has(chain) && (at.get(chain) ?? -1) >= head(chain) - 1) done.set(chain, Date.now() - started)
     }
@@ -191,7 +194,7 @@ export const run = Effect.gen(function*() {
   const cpuFrom = process.cpuUsage()
   const liveFrom = Date.now()
   while (Date.now() - liveFrom < s.liveSeconds * 1000) {
-    const at = yield* Effect.promise(() => published(app.baseUrl))
+    const at = yield* Effect.promise(() => published(cursors))
     for (const chain of chainNames) lags.get(chain)!.push(Math.max(0, head(chain) - (at.get(chain) ?? 0)))
     rssMb = Math.max(rssMb, process.memoryUsage().rss / 2 ** 20)
     yield* Effect.sleep("250 millis")
