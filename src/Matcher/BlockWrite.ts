@@ -33,32 +33,25 @@ export interface RecordsSink {
 }
 
 /**
- * Writes an attribution in one statement: the recorded transfers (a replayed block collides on
- * their key) and their confirmation-topic records (colliding on their ids), the payments' sums
- * and exceptions (the completing transfer sets `tx_hash`, its block counting as the first
- * confirmation; a late one leaves the payment EXPIRED and closes its watch), the confirmed intents and challenges (activating a signup's
- * subscription), and the detections. Returns the confirmed intents and challenges.
+ * The confirmed intents and challenges of a block as parts of the write: their updates (with a
+ * signup's subscription activated and their watches closed), their detections, and the rows the
+ * statement returns. Most blocks confirm none, and then the parts are left out rather than run
+ * empty.
  */
-export const writeAttribution = (
+const donationStatements = (
   sql: SqlClient.SqlClient,
   block: BlockContext,
-  result: AttributionResult,
-  records: RecordsSink
+  donations: AttributionResult["donations"]
 ) => {
+  if (donations.length === 0) return { ctes: sql``, detections: sql``, rows: sql`SELECT 1 WHERE false` }
   const n = block.number.toString()
-  const payments = [...result.payments.values()]
-  const recorded = result.recorded
-  const attributions: Array<Attribution | null> = recorded.map((r) => r.attribution)
-  const events: Array<AccountingEvent | null> = recorded.map((r) => accountingEventOf(r, result))
-  const paymentOf = recorded.map((r) => (r.paymentId === null ? undefined : result.payments.get(r.paymentId)?.candidate))
-  // Most blocks confirm no intent or challenge: their statements are left out rather than run empty.
-  const hasDonations = result.donations.length > 0
-  const donationCtes = hasDonations ? sql`
+  return {
+    ctes: sql`
     m AS (
       SELECT * FROM unnest(
-        ${result.donations.map((d) => d.kind)}::text[],
-        ${result.donations.map((d) => d.id)}::uuid[],
-        ${result.donations.map((d) => d.txHash)}::text[]
+        ${donations.map((d) => d.kind)}::text[],
+        ${donations.map((d) => d.id)}::uuid[],
+        ${donations.map((d) => d.txHash)}::text[]
       ) AS m (kind, id, tx_hash)
     ),
     i AS (
@@ -81,15 +74,38 @@ export const writeAttribution = (
     ),
     closed AS (
       UPDATE watches SET open = false WHERE id IN (SELECT id FROM i UNION ALL SELECT id FROM c)
-    ),` : sql``
-  const donationDetections = hasDonations ? sql`
+    ),`,
+    detections: sql`
       UNION ALL SELECT id, 'intent', ${block.chain}, tx_hash, ${n}::bigint, ${block.hash} FROM i
-      UNION ALL SELECT id, 'challenge', ${block.chain}, tx_hash, ${n}::bigint, ${block.hash} FROM c` : sql``
-  const donationRows = hasDonations ? sql`
+      UNION ALL SELECT id, 'challenge', ${block.chain}, tx_hash, ${n}::bigint, ${block.hash} FROM c`,
+    rows: sql`
     SELECT 'intent' AS kind, id, account_id, chain, address, amount_smallest::text AS amount_smallest,
            usd_amount::text AS usd_amount, NULL AS callback_url, tx_hash FROM i
     UNION ALL
-    SELECT 'challenge', id, NULL, chain, address, amount_smallest::text, usd_amount::text, callback_url, tx_hash FROM c` : sql`SELECT 1 WHERE false`
+    SELECT 'challenge', id, NULL, chain, address, amount_smallest::text, usd_amount::text, callback_url, tx_hash FROM c`
+  }
+}
+
+/**
+ * Writes an attribution in one statement: the recorded transfers (a replayed block collides on
+ * their key) and their confirmation-topic records (colliding on their ids), the payments' sums
+ * and exceptions (the completing transfer sets `tx_hash`, its block counting as the first
+ * confirmation; a late one leaves the payment EXPIRED and closes its watch), the confirmed intents and challenges (activating a signup's
+ * subscription), and the detections. Returns the confirmed intents and challenges.
+ */
+export const writeAttribution = (
+  sql: SqlClient.SqlClient,
+  block: BlockContext,
+  result: AttributionResult,
+  records: RecordsSink
+) => {
+  const n = block.number.toString()
+  const payments = [...result.payments.values()]
+  const recorded = result.recorded
+  const attributions: Array<Attribution | null> = recorded.map((r) => r.attribution)
+  const events: Array<AccountingEvent | null> = recorded.map((r) => accountingEventOf(r, result))
+  const paymentOf = recorded.map((r) => (r.paymentId === null ? undefined : result.payments.get(r.paymentId)?.candidate))
+  const donations = donationStatements(sql, block, result.donations)
   return sql`
     WITH r AS (
       SELECT * FROM unnest(
@@ -141,16 +157,16 @@ export const writeAttribution = (
     expired AS (
       UPDATE watches SET open = false WHERE open AND id IN (SELECT id FROM p WHERE status = 'EXPIRED')
     ),
-    ${donationCtes}
+    ${donations.ctes}
     recorded AS (
       INSERT INTO detections (watch_id, kind, chain, tx_hash, block_number, block_hash)
       SELECT id, 'payment', ${block.chain}, completed_tx, ${n}::bigint, ${block.hash} FROM p WHERE completed_tx IS NOT NULL
-      ${donationDetections}
+      ${donations.detections}
       -- Canonical again: the detection is live again, so the next reorg takes it out.
       ON CONFLICT (watch_id, block_hash, tx_hash) DO UPDATE SET orphaned_at = NULL
         WHERE detections.orphaned_at IS NOT NULL
     )
-    ${donationRows}`.pipe(
+    ${donations.rows}`.pipe(
     // A row of another shape is a bug in this statement, not a database failure.
     Effect.flatMap((rows) => Effect.orDie(decodeDonations(rows)))
   )
