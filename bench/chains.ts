@@ -157,8 +157,13 @@ export const run = Effect.gen(function*() {
 
   // The database with its open watches, prepared by a first run that starts at the heads.
   const database = yield* freshDatabase
+  // The service polls at its own defaults (half a block time, more often while a block is
+  // due), as deployed and as the bare follower does; the tests' 200 ms poll would ask every
+  // node five times a second.
+  const app = (startAtHead: boolean) =>
+    makeTestApp({ ...env(startAtHead), DATABASE_URL: database.url }, { unset: ["POLL_INTERVAL_MS"] })
   yield* Effect.scoped(Effect.gen(function*() {
-    yield* makeTestApp({ ...env(true), DATABASE_URL: database.url })
+    yield* app(true)
     const pool = new pg.Pool({ connectionString: database.url, max: 1 })
     yield* addWatches(pool, 0, s.background)
     yield* Effect.promise(() => pool.end())
@@ -169,7 +174,7 @@ export const run = Effect.gen(function*() {
   })
 
   const started = Date.now()
-  yield* makeTestApp({ ...env(false), DATABASE_URL: database.url })
+  yield* app(false)
   const cursors = new pg.Pool({ connectionString: database.url, max: 1 })
   yield* Effect.addFinalizer(() => Effect.promise(() => cursors.end()))
   const done = new Map<string, number>()

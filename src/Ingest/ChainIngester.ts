@@ -23,8 +23,9 @@
  * A node whose head is not above the cursor (caught up; or lagging, resyncing, restarted
  * with a fresh chain): when the node's block at its head height differs from the kept
  * header, that is a reorg as above (so a fork of the same length is seen without waiting
- * for the next block); otherwise (same block, or a height no longer kept) the ingester
- * waits for the node, and the parent check decides once it passes the cursor.
+ * for the next block; compared once a poll interval, `forkCheckDue`); otherwise (same
+ * block, or a height no longer kept) the ingester waits for the node, and the parent check
+ * decides once it passes the cursor.
  *
  * Failures (node down, EventLog or database errors, defects) are incidents of the supervised
  * `ingester <chain>` fiber (Supervision/): logged with the chain and the error, counted here
@@ -47,9 +48,11 @@ import { IngestCursors } from "./Cursor.ts"
 import { subscribeHashBlocks } from "./HashBlocks.ts"
 import { IngesterRegistry, ingesterFiberName } from "./IngesterRegistry.ts"
 import {
+  forkCheckDue,
   heightsToFetch,
   linkedLength,
   type LoopState,
+  nextBlockPending,
   nodeAhead,
   nodeBehind,
   pollDelayMillis,
@@ -131,6 +134,21 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
         const live = yield* feed.live
         const announcedAhead = Option.exists(yield* feed.latest, (announced) => announced > head)
         yield* feed.next(live && !announcedAhead ? settings.subscribedPollInterval : polling)
+      })
+
+    /**
+     * After a run that reached the node's head: the wait until the next block is due, unless
+     * it is due already or announced (a run that ends a catch-up usually is). Polling again at
+     * once would mostly find nothing and fetch the head's header again for the fork check.
+     * Bitcoin's blocks come at random: polled again at once.
+     */
+    const restUntilDue = (head: bigint, newestBlockMs: number | null) =>
+      Effect.gen(function*() {
+        if (chain === "bitcoin") return
+        const nowMs = yield* Clock.currentTimeMillis
+        if (!nextBlockPending({ nowMs, newestBlockMs, blockTimeMs: chains[chain].blockTimeMs })) return
+        if (Option.isSome(heads) && Option.exists(yield* heads.value.latest, (announced) => announced > head)) return
+        yield* awaitHead(head, newestBlockMs)
       })
 
     /** Publishes the reorg below the kept headers, comparing them with the node up to `nodeHead`. */
@@ -225,7 +243,9 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
         Effect.gen(function*() {
           yield* progressed
           const { tip } = state
-          if (tip !== null && head <= tip.number) {
+          const nowMs = yield* Clock.currentTimeMillis
+          const checked = tip !== null && head <= tip.number && forkCheckDue(state, nowMs, Duration.toMillis(settings.pollInterval))
+          if (checked) {
             const kept = head === tip.number
               ? tip.hash
               : (yield* cursors.headers(chain)).find((header) => header.number === head)?.hash ?? null
@@ -233,7 +253,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
               return yield* reorg(state, head)
             }
           }
-          const behind = nodeBehind(state, head)
+          const behind = nodeBehind(checked ? { ...state, forkCheckedMs: nowMs } : state, head)
           if (behind.tell) {
             yield* Effect.logWarning("node is behind the cursor; waiting for it").pipe(
               Effect.annotateLogs({ head: String(head), cursor: String(tip?.number) })
@@ -266,6 +286,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
                 Effect.flatMap(Fiber.join(finalized), (height) => accept(step.state, Chunk.toReadonlyArray(run), head, height))
             )
           )
+          if (last.linked && last.state.next > head) yield* restUntilDue(head, last.state.newestBlockMs)
           return last.state
         })
 

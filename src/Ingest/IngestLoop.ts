@@ -17,6 +17,8 @@ export interface LoopState {
   readonly behindLogged: boolean
   /** The newest published block's timestamp (ms), once this attempt has published one. */
   readonly newestBlockMs: number | null
+  /** When the node's head block was last compared with the kept one (ms); null before the first time. */
+  readonly forkCheckedMs: number | null
 }
 
 /**
@@ -29,7 +31,8 @@ export const startState = (
   tip: from._tag === "Resume" ? from.tip : null,
   next: from._tag === "Resume" ? from.tip.number + 1n : from.start,
   behindLogged: false,
-  newestBlockMs: null
+  newestBlockMs: null,
+  forkCheckedMs: null
 })
 
 /** A run was published up to `newest` (timestamp in unix seconds). */
@@ -101,6 +104,21 @@ export const reorgOf = (options: {
     to: ancestor ?? { number: fromNumber - 1n, hash: null }
   }
 }
+
+/**
+ * Whether an idle poll compares the node's head block with the kept one (a fork of the same
+ * length): once a poll interval, so the quicker polls while a block is due skip it and a
+ * fork is still seen within one poll interval, as between ordinary polls.
+ */
+export const forkCheckDue = (state: LoopState, nowMs: number, pollIntervalMs: number): boolean =>
+  state.forkCheckedMs === null || nowMs - state.forkCheckedMs >= pollIntervalMs
+
+/** Whether the block after the newest published one is not due yet (a block time after its timestamp). */
+export const nextBlockPending = (options: {
+  readonly nowMs: number
+  readonly newestBlockMs: number | null
+  readonly blockTimeMs: number
+}): boolean => options.newestBlockMs !== null && options.nowMs < options.newestBlockMs + options.blockTimeMs
 
 /**
  * The wait before polling a caught-up chain again, never longer than `pollIntervalMs`. Blocks

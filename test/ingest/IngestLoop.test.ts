@@ -25,9 +25,16 @@ describe("the ingester loop", () => {
       tip: { number: 41n, hash: "a" },
       next: 42n,
       behindLogged: false,
-      newestBlockMs: null
+      newestBlockMs: null,
+      forkCheckedMs: null
     })
-    expect(startState({ _tag: "Start", start: 7n })).toEqual({ tip: null, next: 7n, behindLogged: false, newestBlockMs: null })
+    expect(startState({ _tag: "Start", start: 7n })).toEqual({
+      tip: null,
+      next: 7n,
+      behindLogged: false,
+      newestBlockMs: null,
+      forkCheckedMs: null
+    })
   })
 
   it.prop("fetches from the next height up to the node's head, at most a batch, nothing when the node has nothing new", [

@@ -20,6 +20,8 @@ export interface RpcProxy {
   readonly url: string
   /** Methods asked so far, in order. */
   readonly asked: ReadonlyArray<string>
+  /** The same calls with their parameters. */
+  readonly calls: ReadonlyArray<{ readonly method: string; readonly params: ReadonlyArray<unknown> }>
 }
 
 export const startRpcProxy = (
@@ -28,8 +30,10 @@ export const startRpcProxy = (
 ): Effect.Effect<RpcProxy, never, Scope.Scope> =>
   Effect.gen(function*() {
     const asked: Array<string> = []
+    const calls: Array<{ readonly method: string; readonly params: ReadonlyArray<unknown> }> = []
     const forward = async (call: Call): Promise<unknown> => {
       asked.push(call.method)
+      calls.push({ method: call.method, params: call.params ?? [] })
       if (refused.includes(call.method) || refused.includes(`${call.method}:${String(call.params?.[0])}`)) {
         return { jsonrpc: "2.0", id: call.id, error: { code: -32601, message: `the method ${call.method} does not exist/is not available` } }
       }
@@ -69,5 +73,5 @@ export const startRpcProxy = (
         })
     )
     const { port } = server.address() as AddressInfo
-    return { url: `http://127.0.0.1:${port}`, asked }
+    return { url: `http://127.0.0.1:${port}`, asked, calls }
   })

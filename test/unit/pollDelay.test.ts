@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import { FastCheck as fc } from "effect"
-import { pollDelayMillis } from "../../src/Ingest/IngestLoop.ts"
+import { forkCheckDue, nextBlockPending, pollDelayMillis, startState } from "../../src/Ingest/IngestLoop.ts"
 
 const blockTimeMs = fc.integer({ min: 250, max: 600_000 })
 const pollIntervalMs = fc.integer({ min: 1, max: 3_600_000 })
@@ -48,5 +48,24 @@ describe("pollDelayMillis: when a caught-up chain is polled again", () => {
       if (now < newest + block + interval) expect(wait).toBeLessThanOrEqual(Math.max(250, Math.round(block / 24)))
       else expect(wait).toBe(interval)
     }
+  })
+})
+
+describe("between polls of a caught-up chain", () => {
+  it.prop("after a run, the next block is pending exactly until a block time after the newest one's timestamp", [
+    newestBlockMs,
+    offsetMs,
+    blockTimeMs
+  ], ([newest, offset, block]) => {
+    expect(nextBlockPending({ nowMs: newest + offset, newestBlockMs: newest, blockTimeMs: block })).toBe(offset < block)
+    expect(nextBlockPending({ nowMs: newest + offset, newestBlockMs: null, blockTimeMs: block })).toBe(false)
+  })
+
+  it.prop("the head block is compared at the first idle poll, then once a poll interval", [newestBlockMs, offsetMs, pollIntervalMs], (
+    [checkedAt, offset, interval]
+  ) => {
+    const fresh = startState({ _tag: "Start", start: 1n })
+    expect(forkCheckDue(fresh, checkedAt, interval)).toBe(true)
+    expect(forkCheckDue({ ...fresh, forkCheckedMs: checkedAt }, checkedAt + offset, interval)).toBe(offset >= interval)
   })
 })
