@@ -8,22 +8,28 @@ import { startRpcProxy } from "../support/RpcProxy.ts"
 import { freePort } from "../support/Service.ts"
 import { makeEventLog, rpc, spawnAnvil, startIngesters, statusUntil } from "./harness.ts"
 
+/** Ingesters following the node at `url` as base, polling hourly (above); the first height they published. */
+const followBase = (url: string) =>
+  Effect.gen(function*() {
+    const database = yield* freshDatabase
+    const eventLog = yield* makeEventLog("embedded")
+    const registry = yield* startIngesters(eventLog, {
+      CHAINS: "base",
+      RPC_URL_BASE: url,
+      CHAIN_ID_BASE: "31337",
+      DATABASE_URL: database.url,
+      RPC_TIMEOUT_MS: "2000",
+      POLL_INTERVAL_MS: "3600000"
+    })
+    const first = yield* statusUntil(registry, "base", (s) => s.lastPublished !== null)
+    return { registry, start: first.lastPublished?.number ?? 0n }
+  })
+
 describe("polling a caught-up EVM chain", () => {
   it.scopedLive("publishes each block of a steady chain soon after it is due, with the poll interval an hour", () =>
     Effect.gen(function*() {
       const node = yield* spawnAnvil(yield* freePort, ["--block-time", "2"])
-      const database = yield* freshDatabase
-      const eventLog = yield* makeEventLog("embedded")
-      const registry = yield* startIngesters(eventLog, {
-        CHAINS: "base",
-        RPC_URL_BASE: node.url,
-        CHAIN_ID_BASE: "31337",
-        DATABASE_URL: database.url,
-        RPC_TIMEOUT_MS: "2000",
-        POLL_INTERVAL_MS: "3600000"
-      })
-      const first = yield* statusUntil(registry, "base", (s) => s.lastPublished !== null)
-      const start = first.lastPublished?.number ?? 0n
+      const { registry, start } = yield* followBase(node.url)
       // Three blocks later, each seen by a poll at its due time (an hourly poll would see none),
       // and each the node's own block at its height.
       for (let i = 1n; i <= 3n; i++) {
@@ -42,18 +48,7 @@ describe("polling a caught-up EVM chain", () => {
     Effect.gen(function*() {
       const node = yield* spawnAnvil(yield* freePort, ["--block-time", "2"])
       const proxy = yield* startRpcProxy(node.url, [])
-      const database = yield* freshDatabase
-      const eventLog = yield* makeEventLog("embedded")
-      const registry = yield* startIngesters(eventLog, {
-        CHAINS: "base",
-        RPC_URL_BASE: proxy.url,
-        CHAIN_ID_BASE: "31337",
-        DATABASE_URL: database.url,
-        RPC_TIMEOUT_MS: "2000",
-        POLL_INTERVAL_MS: "3600000"
-      })
-      const first = yield* statusUntil(registry, "base", (s) => s.lastPublished !== null)
-      const start = first.lastPublished?.number ?? 0n
+      const { registry, start } = yield* followBase(proxy.url)
       const before = proxy.calls.length
       yield* statusUntil(registry, "base", (s) => (s.lastPublished?.number ?? -1n) >= start + 5n, 30)
       const during = proxy.calls.slice(before)
