@@ -112,11 +112,26 @@ export const decodeMessage = (bytes: Uint8Array): Effect.Effect<BlockMessage, Pa
 export const blocksTopic = (eventLog: EventLogService, chain: ChainName): string =>
   eventLog.topicName(`blocks.${chain}`)
 
+/** A block record and its encoding, as published. */
+export interface EncodedBlockRecord {
+  readonly record: BlockRecord
+  readonly value: Uint8Array
+}
+
+const { transfers: _transfers, ...headerFields } = BlockRecord.fields
+const encodeHeader = Schema.encodeSync(Schema.Struct(headerFields))
+
 /**
- * The block as one or more `block` records, each encoding to at most `maxBytes`. Sizes are
- * exact for the ASCII content of blocks; `slack` covers the digits of `part`/`parts`.
+ * The block as one or more `block` records (with the node's `finalized` height, when known),
+ * each encoded in at most `maxBytes`. Each transfer is encoded once: its JSON both sizes the
+ * parts and makes up the message, after the header's. Sizes are exact; `slack` covers the
+ * digits of `part`/`parts`.
  */
-export const blockRecords = (block: ChainBlock, maxBytes: number = maxMessageBytes): ReadonlyArray<BlockRecord> => {
+export const blockRecords = (
+  block: ChainBlock,
+  options: { readonly finalized?: bigint | undefined; readonly maxBytes?: number } = {}
+): ReadonlyArray<EncodedBlockRecord> => {
+  const maxBytes = options.maxBytes ?? maxMessageBytes
   const header = {
     type: "block",
     version: 2,
@@ -124,38 +139,55 @@ export const blockRecords = (block: ChainBlock, maxBytes: number = maxMessageByt
     number: block.number,
     hash: block.hash,
     parentHash: block.parentHash,
-    timestamp: block.timestamp
+    timestamp: block.timestamp,
+    ...(options.finalized === undefined ? {} : { finalized: options.finalized })
   } as const
+  /** The message up to its transfers: the header's JSON object, left open for them. */
+  const opening = (part: number, parts: number) =>
+    `${JSON.stringify(encodeHeader({ ...header, part, parts })).slice(0, -1)},"transfers":[`
   const slack = 32
-  const headerBytes = encodeMessage({ ...header, part: 0, parts: 1, transfers: [] }).byteLength + slack
-  const runs: Array<Array<TransferMessage>> = [[]]
+  // The opening, and "]}" to close.
+  const headerBytes = Buffer.byteLength(opening(0, 1)) + 2 + slack
+  const runs: Array<{ readonly transfers: Array<TransferMessage>; readonly json: Array<string> }> = [{ transfers: [], json: [] }]
   let bytes = headerBytes
   for (const transfer of block.transfers) {
+    const json = JSON.stringify(encodeTransfer(transfer))
     // +1 for the separating comma.
-    const size = utf8.encode(JSON.stringify(encodeTransfer(transfer))).byteLength + 1
+    const size = Buffer.byteLength(json) + 1
     const run = runs[runs.length - 1]!
-    if (run.length > 0 && bytes + size > maxBytes) {
-      runs.push([transfer])
+    if (run.transfers.length > 0 && bytes + size > maxBytes) {
+      runs.push({ transfers: [transfer], json: [json] })
       bytes = headerBytes + size
     } else {
-      run.push(transfer)
+      run.transfers.push(transfer)
+      run.json.push(json)
       bytes += size
     }
   }
-  return runs.map((transfers, part) => ({ ...header, part, parts: runs.length, transfers }))
+  return runs.map(({ json, transfers }, part) => ({
+    record: { ...header, part, parts: runs.length, transfers },
+    value: utf8.encode(`${opening(part, runs.length)}${json.join(",")}]}`)
+  }))
 }
+
+const outgoingRecord = (eventLog: EventLogService, message: BlockMessage, value: Uint8Array): OutgoingRecord => ({
+  topic: blocksTopic(eventLog, message.chain),
+  key: message.chain,
+  value,
+  headers: { type: message.type, version: String(message.version) }
+})
 
 /** Records to publish for `messages`, keyed by chain so that they stay in order. */
 export const outgoing = (
   eventLog: EventLogService,
   messages: ReadonlyArray<BlockMessage>
-): ReadonlyArray<OutgoingRecord> =>
-  messages.map((message) => ({
-    topic: blocksTopic(eventLog, message.chain),
-    key: message.chain,
-    value: encodeMessage(message),
-    headers: { type: message.type, version: String(message.version) }
-  }))
+): ReadonlyArray<OutgoingRecord> => messages.map((message) => outgoingRecord(eventLog, message, encodeMessage(message)))
+
+/** Records to publish for blocks encoded by `blockRecords`. */
+export const outgoingBlocks = (
+  eventLog: EventLogService,
+  encoded: ReadonlyArray<EncodedBlockRecord>
+): ReadonlyArray<OutgoingRecord> => encoded.map(({ record, value }) => outgoingRecord(eventLog, record, value))
 
 /** A whole event: a reorg, or a block with all its transfers (`part` 0 of `parts` 1). */
 export interface BlockEvent {

@@ -42,7 +42,7 @@ import { type ChainBlock, ChainClients } from "../Chains/ChainClients.ts"
 import { type ChainName, chains } from "../Domain/Chain.ts"
 import { EventLog } from "../EventLog/EventLog.ts"
 import { Supervisor } from "../Supervision/Supervisor.ts"
-import { blockRecords, type BlockRef, blocksTopic, outgoing } from "./BlockMessage.ts"
+import { blockRecords, type BlockRef, blocksTopic, outgoing, outgoingBlocks } from "./BlockMessage.ts"
 import { ChainLocks } from "./ChainLocks.ts"
 import { IngestCursors } from "./Cursor.ts"
 import { subscribeHashBlocks } from "./HashBlocks.ts"
@@ -198,14 +198,9 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
           yield* supervisor.step(`publishing blocks ${refs[0].number}..${ref.number}`)
           // A run under way is finished on shutdown or when the chain's lock goes.
           yield* Effect.uninterruptible(Effect.zipRight(
-            eventLog.publish(outgoing(
+            eventLog.publish(outgoingBlocks(
               eventLog,
-              extending.flatMap((block) =>
-                Option.match(finalized, {
-                  onNone: () => blockRecords(block),
-                  onSome: (height) => blockRecords(block).map((record) => ({ ...record, finalized: height }))
-                })
-              )
+              extending.flatMap((block) => blockRecords(block, { finalized: Option.getOrUndefined(finalized) }))
             )),
             cursors.advance(chain, refs, settings.reorgDepth)
           )).pipe(

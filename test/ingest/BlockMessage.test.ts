@@ -8,6 +8,7 @@ import {
   assembleBlocks,
   type BlockMessage,
   blockRecords,
+  type EncodedBlockRecord,
   decodeMessage,
   encodeMessage,
   maxMessageBytes
@@ -32,29 +33,35 @@ const syntheticBlock = (outputs: number): ChainBlock => ({
   }))
 })
 
-const asMessages = (messages: ReadonlyArray<BlockMessage>): ReadonlyArray<Message> =>
-  messages.map((message, i) => ({
+/** The records as the ingester publishes them, in order on one partition. */
+const asMessages = (records: ReadonlyArray<EncodedBlockRecord>): ReadonlyArray<Message> =>
+  records.map(({ record, value }, i) => ({
     topic: "t",
     partition: 0,
     offset: BigInt(i),
-    key: message.chain,
-    value: encodeMessage(message),
+    key: record.chain,
+    value,
     headers: {},
     commit: Effect.void
   }))
 
-const assemble = (messages: ReadonlyArray<BlockMessage>) =>
-  Stream.fromIterable(asMessages(messages)).pipe(assembleBlocks, Stream.runCollect, Effect.map(Chunk.toReadonlyArray))
+const assemble = (records: ReadonlyArray<EncodedBlockRecord>) =>
+  Stream.fromIterable(asMessages(records)).pipe(assembleBlocks, Stream.runCollect, Effect.map(Chunk.toReadonlyArray))
+
+const text = (bytes: Uint8Array) => new TextDecoder().decode(bytes)
 
 describe("block messages", () => {
   it.effect("a block and a reorg survive encoding", () =>
     Effect.gen(function*() {
       const block = syntheticBlock(3)
-      const [record] = blockRecords(block)
-      expect(record).toMatchObject({ type: "block", version: 2, part: 0, parts: 1, number: 840_000n })
-      expect(yield* decodeMessage(encodeMessage(record!))).toEqual(record)
-      const json = JSON.parse(new TextDecoder().decode(encodeMessage(record!)))
+      const [{ record, value }] = blockRecords(block, { finalized: 839_990n })
+      expect(record).toMatchObject({ type: "block", version: 2, part: 0, parts: 1, number: 840_000n, finalized: 839_990n })
+      // What is published decodes to the record, as the record's own encoding does.
+      expect(yield* decodeMessage(value)).toEqual(record)
+      expect(JSON.parse(text(value))).toEqual(JSON.parse(text(encodeMessage(record))))
+      const json = JSON.parse(text(value))
       expect(json.number).toBe("840000")
+      expect(json.finalized).toBe("839990")
       expect(json.transfers[1].value).toBe(String(1_000n + 2_099_999_997_690n))
 
       const reorg: BlockMessage = {
@@ -70,7 +77,7 @@ describe("block messages", () => {
 
   it.effect("version 2 carries asset, origin and position; a version 1 block still reads, as native top-level value", () =>
     Effect.gen(function*() {
-      const [record] = blockRecords({
+      const [{ record, value }] = blockRecords({
         chain: "ethereum",
         number: 7n,
         hash: "0x7",
@@ -82,14 +89,14 @@ describe("block messages", () => {
           { txHash: "0xt", to: "0xa", from: "0xf", value: 7n, index: 0, asset: "0xusdc", origin: "log", logIndex: 3 }
         ]
       })
-      const json = JSON.parse(new TextDecoder().decode(encodeMessage(record!)))
+      const json = JSON.parse(text(value))
       expect(json.version).toBe(2)
       expect(json.transfers).toEqual([
         { txHash: "0xt", to: "0xa", from: "0xf", value: "5", index: 0, asset: "native", origin: "transaction" },
         { txHash: "0xt", to: "0xb", from: "0xc", value: "6", index: 0, asset: "native", origin: "internal", traceAddress: [0, 2] },
         { txHash: "0xt", to: "0xa", from: "0xf", value: "7", index: 0, asset: "0xusdc", origin: "log", logIndex: 3 }
       ])
-      expect(yield* decodeMessage(encodeMessage(record!))).toEqual(record)
+      expect(yield* decodeMessage(value)).toEqual(record)
 
       // Exactly what an ingester of the previous version published.
       const v1 = `{"type":"block","version":1,"chain":"ethereum","number":"8","hash":"0x8","parentHash":"0x7",` +
@@ -112,14 +119,14 @@ describe("block messages", () => {
     Effect.gen(function*() {
       const block = syntheticBlock(6_000)
       const records = blockRecords(block)
-      const sizes = records.map((r) => encodeMessage(r).byteLength)
+      const sizes = records.map(({ value }) => value.byteLength)
       const whole = sizes.reduce((a, b) => a + b, 0)
       expect(records.length).toBeGreaterThan(1)
       for (const size of sizes) expect(size).toBeLessThanOrEqual(maxMessageBytes)
       // Under Kafka's default 1 MB limit even before the log compresses it.
       console.log(
         `6,000 outputs: ${whole} bytes of JSON in ${records.length} parts (${sizes.join(", ")});` +
-          ` gzipped ${records.map((r) => gzipSync(encodeMessage(r)).byteLength).join(", ")}`
+          ` gzipped ${records.map(({ value }) => gzipSync(value).byteLength).join(", ")}`
       )
       const events = yield* assemble(records)
       expect(events).toHaveLength(1)
@@ -132,7 +139,7 @@ describe("block messages", () => {
   it.effect("an interrupted run of parts is dropped; the republished block comes through whole", () =>
     Effect.gen(function*() {
       const block = syntheticBlock(400)
-      const records = blockRecords(block, 16 * 1024)
+      const records = blockRecords(block, { maxBytes: 16 * 1024 })
       expect(records.length).toBeGreaterThanOrEqual(3)
       const next = blockRecords({ ...syntheticBlock(1), number: block.number + 1n, parentHash: block.hash })
       const events = yield* assemble([...records.slice(0, 2), ...records, ...next])
@@ -147,8 +154,8 @@ describe("block messages", () => {
     ([outputs, limit]) =>
       Effect.gen(function*() {
         const block = syntheticBlock(outputs)
-        const records = blockRecords(block, limit)
-        for (const record of records) expect(encodeMessage(record).byteLength).toBeLessThanOrEqual(limit)
+        const records = blockRecords(block, { maxBytes: limit })
+        for (const { value } of records) expect(value.byteLength).toBeLessThanOrEqual(limit)
         const events = yield* assemble(records)
         expect(events).toHaveLength(1)
         const joined = events[0]!.message

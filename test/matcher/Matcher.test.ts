@@ -99,7 +99,7 @@ for (const kind of logKinds) {
           ...Array.from({ length: 30 }, () => ({ to: OTHER, value: 1n })),
           { to: w.address, value: w.amount, txHash: "0x03" }
         ])
-        const parts = blockRecords(whole, 1_000)
+        const parts = blockRecords(whole, { maxBytes: 1_000 }).map(({ record }) => record)
         expect(parts.length).toBeGreaterThan(2)
         // Another chain's block in between: parts are joined per chain.
         yield* h.publish(parts[0]!, block("bnb", n, [{ to: OTHER, value: 1n }]), ...parts.slice(1))
