@@ -30,6 +30,7 @@ import { type ChainBlock, ChainUnavailable } from "./Block.ts"
 import { makeEsplora } from "./Esplora.ts"
 import type { EndpointHealth, EndpointStatus } from "./EndpointHealth.ts"
 import { type EndpointPool, makeEndpointPool } from "./Endpoints.ts"
+import { makeNodeFetch } from "./NodeFetch.ts"
 import type { FailoverSettings } from "./Failover.ts"
 import { failureLogIntervalConfig } from "../Supervision/FailureLog.ts"
 import { Supervisor } from "../Supervision/Supervisor.ts"
@@ -153,6 +154,7 @@ export class ChainClients extends Effect.Service<ChainClients>()("confirmd/Chain
     const evmClients = new Map<ChainName, EvmClient>()
     const hosts = new Map<ChainName, string>()
     const pools = new Map<ChainName, EndpointPool>()
+    const fetchFn = yield* makeNodeFetch
     for (const chain of enabledChains) {
       if (chain === "bitcoin") continue
       const urls = yield* evmUrlsConfig(chain)
@@ -161,13 +163,14 @@ export class ChainClients extends Effect.Service<ChainClients>()("confirmd/Chain
         chainId: yield* chainIdConfig(chain),
         urls,
         timeout,
-        settings: failover
+        settings: failover,
+        fetchFn
       })
       pools.set(chain, pool)
       evmClients.set(
         chain,
         // One call may try every endpoint in turn, after checking its chain id.
-        yield* makeEvmClient(chain, pool.transport, Duration.times(timeout, 2 * urls.length), {
+        yield* makeEvmClient(chain, pool, Duration.times(timeout, 2 * urls.length), {
           traces: yield* tracesSettingConfig(chain),
           tokens: new Set(Array.from(tokens.get(chain)?.values() ?? [], (token) => token.contract))
         })

@@ -23,9 +23,15 @@ import { Cause, Duration, Effect, Exit, Option, Runtime } from "effect"
 import { BaseError, custom, http, HttpRequestError, RpcRequestError, TimeoutError, type Transport } from "viem"
 import type { EndpointHealth, EndpointStatus } from "./EndpointHealth.ts"
 import { type FailoverSettings, makeFailover, type Readied } from "./Failover.ts"
+import type { NodeFetch } from "./NodeFetch.ts"
 
 export interface EndpointPool {
-  /** The viem transport spreading requests over the endpoints. */
+  /**
+   * One JSON-RPC call through the failover; fails with the endpoint's own error (viem's, as its
+   * `http` transport raised it) or the failover's.
+   */
+  readonly request: (method: string, params: ReadonlyArray<unknown>) => Effect.Effect<unknown, unknown>
+  /** The same as a viem transport, for viem's own actions. */
   readonly transport: Transport
   /** Checks every unchecked endpoint's chain id now (the start check). */
   readonly checkAll: Effect.Effect<void>
@@ -87,7 +93,7 @@ export const describeRpcError = (error: unknown): string => {
 }
 
 /** The node's own "no": a JSON-RPC error object, or an HTTP 4xx other than 429. */
-const isAnswer = (error: unknown): boolean =>
+export const isAnswer = (error: unknown): boolean =>
   error instanceof RpcRequestError ||
   (error instanceof HttpRequestError && error.status !== undefined && error.status >= 400 && error.status < 500 && error.status !== 429)
 
@@ -100,13 +106,17 @@ export const makeEndpointPool = (options: {
   readonly urls: ReadonlyArray<string>
   readonly timeout: Duration.Duration
   readonly settings: FailoverSettings
+  /** The HTTP client under viem's transport (NodeFetch.ts). */
+  readonly fetchFn: NodeFetch
 }): Effect.Effect<EndpointPool> =>
   Effect.gen(function*() {
     const runtime = yield* Effect.runtime<never>()
     const timeoutMs = Duration.toMillis(options.timeout)
 
     const viemHttp = (url: string, batch: boolean) =>
-      http(url, { timeout: timeoutMs, retryCount: 0, batch: batch ? { batchSize: 32 } : false })({ retryCount: 0 })
+      http(url, { timeout: timeoutMs, retryCount: 0, batch: batch ? { batchSize: 32 } : false, fetchFn: options.fetchFn })({
+        retryCount: 0
+      })
 
     const ask = (transport: ReturnType<Transport>, args: RpcArgs) =>
       Effect.tryPromise({ try: () => transport.request(args) as Promise<unknown>, catch: (error) => error })
@@ -150,11 +160,11 @@ export const makeEndpointPool = (options: {
       refusalHint: ` (CHAIN_ID_${options.chainName.toUpperCase()})`
     }, options)
 
+    const send = (args: RpcArgs) => pool.request((connection) => ask(connection, args), { hedge: !writes.test(args.method) })
+
     const transport: Transport = custom({
       request: (args: RpcArgs) =>
-        Runtime.runPromiseExit(runtime)(
-          pool.request((connection) => ask(connection, args), { hedge: !writes.test(args.method) })
-        ).then((exit) =>
+        Runtime.runPromiseExit(runtime)(send(args)).then((exit) =>
           // viem reads the error's own fields (status, code): hand it over unwrapped.
           Exit.isSuccess(exit)
             ? exit.value
@@ -162,5 +172,12 @@ export const makeEndpointPool = (options: {
         )
     }, { retryCount: 0 })
 
-    return { transport, checkAll: pool.checkAll, health: pool.health, status: pool.status, probing: pool.probing }
+    return {
+      request: (method, params) => send({ method, params }),
+      transport,
+      checkAll: pool.checkAll,
+      health: pool.health,
+      status: pool.status,
+      probing: pool.probing
+    }
   })

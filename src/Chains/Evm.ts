@@ -1,11 +1,12 @@
 /** EVM chains through viem public clients. */
 import { Duration, Effect, Option, Schema } from "effect"
-import { type Chain, createPublicClient, HttpRequestError, type PublicClient, RpcError, type Transport } from "viem"
+import { type Chain, createPublicClient, type PublicClient, RpcError, type Transport } from "viem"
 import { arbitrum, avalanche, base, bsc, linea, mainnet, optimism, polygon, zksync } from "viem/chains"
 import type { ChainName } from "../Domain/Chain.ts"
 import { type ChainBlock, ChainUnavailable } from "./Block.ts"
-import { describeRpcError } from "./Endpoints.ts"
+import { describeRpcError, type EndpointPool, isAnswer } from "./Endpoints.ts"
 import { type BlockReading, makeBlockReader, NodeRefused, type RpcRequest, type TracesSetting } from "./EvmBlocks.ts"
+import { Quantity } from "./EvmWire.ts"
 
 export type EvmChainName = Exclude<ChainName, "bitcoin">
 
@@ -41,8 +42,6 @@ export interface EvmClient {
   readonly reading: Effect.Effect<BlockReading, ChainUnavailable>
 }
 
-const refusedStatus = (status: number | undefined) => status !== undefined && status >= 400 && status < 500 && status !== 429
-
 export interface EvmReadOptions {
   readonly traces: TracesSetting
   /** Token contracts (lowercase) whose Transfer logs are read. */
@@ -50,69 +49,76 @@ export interface EvmReadOptions {
 }
 
 /**
- * `transport`: the chain's endpoints (Endpoints.ts), which batch concurrent requests where
- * the endpoint takes JSON-RPC batches; `timeout` bounds each call, failover included.
+ * `endpoints`: the chain's endpoints (Endpoints.ts), which batch concurrent requests where the
+ * endpoint takes JSON-RPC batches; `timeout` bounds each call, failover included.
  */
 export const makeEvmClient = (
   chain: EvmChainName,
-  transport: Transport,
+  endpoints: Pick<EndpointPool, "request" | "transport">,
   timeout: Duration.Duration,
   options: EvmReadOptions
 ): Effect.Effect<EvmClient> => Effect.gen(function*() {
-  const client: EvmPublicClient = createPublicClient({ chain: viemChains[chain], transport })
+  const client: EvmPublicClient = createPublicClient({ chain: viemChains[chain], transport: endpoints.transport })
 
-  const attempt = <A, E>(what: string, f: () => Promise<A>, onError: (error: unknown) => E) =>
-    Effect.tryPromise({ try: f, catch: onError }).pipe(
+  // Straight to the endpoints, not through viem's client and transport: the calls of every poll
+  // and block, where those layers cost more CPU than the HTTP request itself. A node that
+  // answers "no" (a JSON-RPC error, or an HTTP 4xx other than 429 as some providers send for
+  // methods they do not offer) is told apart from one that cannot be reached.
+  const request: RpcRequest = (method, params) =>
+    endpoints.request(method, params).pipe(
+      Effect.mapError((error) =>
+        isAnswer(error) || error instanceof RpcError
+          ? new NodeRefused({ method, message: describeRpcError(error) })
+          : new ChainUnavailable({ chain, message: `${method}: ${describeRpcError(error)}` })
+      ),
       Effect.timeoutFail({
         duration: timeout,
-        onTimeout: () => new ChainUnavailable({ chain, message: `${what}: no answer within ${Duration.format(timeout)}` })
+        onTimeout: () => new ChainUnavailable({ chain, message: `${method}: no answer within ${Duration.format(timeout)}` })
       })
     )
 
-  const call = <A>(what: string, f: () => Promise<A>): Effect.Effect<A, ChainUnavailable> =>
-    attempt(what, f, (error) => new ChainUnavailable({ chain, message: `${what}: ${describeRpcError(error)}` }))
+  /** A call whose refusal is the node failing us too. */
+  const required = (method: string, params: ReadonlyArray<unknown>) =>
+    Effect.catchTag(request(method, params), "NodeRefused", (refused) =>
+      Effect.fail(new ChainUnavailable({ chain, message: `${method}: ${refused.message}` })))
 
-  // A node that answers "no" (a JSON-RPC error, or an HTTP 4xx other than 429 as some providers
-  // send for methods they do not offer) is told apart from one that cannot be reached.
-  const requestVia = (via: EvmPublicClient): RpcRequest => {
-    const raw = via.request as (args: { method: string; params: ReadonlyArray<unknown> }) => Promise<unknown>
-    return (method, params) =>
-      attempt(method, () => raw({ method, params }), (error) =>
-        error instanceof RpcError || (error instanceof HttpRequestError && refusedStatus(error.status))
-          ? new NodeRefused({ method, message: describeRpcError(error) })
-          : new ChainUnavailable({ chain, message: `${method}: ${describeRpcError(error)}` }))
-  }
+  const decoded = <A, I>(schema: Schema.Schema<A, I>, method: string) => (answer: unknown) =>
+    Schema.decodeUnknown(schema)(answer).pipe(
+      Effect.mapError((error) => new ChainUnavailable({ chain, message: `${method}: unusable answer: ${error.message}` }))
+    )
+
   const reader = yield* makeBlockReader({
     chain,
     traces: options.traces,
     tokens: options.tokens,
-    request: requestVia(client),
+    request,
     // Concurrent requests share a JSON-RPC batch where the endpoint takes them (Endpoints.ts).
-    batchedRequest: requestVia(client)
+    batchedRequest: request
   })
 
   // Only the height is read: a full block header is decoded for it, and nothing else kept.
-  const decodeFinalized = Schema.decodeUnknown(Schema.NullOr(Schema.Struct({ number: Schema.String })))
-  const finalized = requestVia(client)("eth_getBlockByNumber", ["finalized", false]).pipe(
-    Effect.flatMap((answer) =>
-      decodeFinalized(answer).pipe(
-        Effect.mapError((error) => new ChainUnavailable({ chain, message: `eth_getBlockByNumber finalized: unusable answer: ${error.message}` }))
-      )
-    ),
+  const finalized = request("eth_getBlockByNumber", ["finalized", false]).pipe(
+    Effect.flatMap(decoded(Schema.NullOr(Schema.Struct({ number: Quantity })), "eth_getBlockByNumber finalized")),
     Effect.map((block) => Option.map(Option.fromNullable(block), (b) => BigInt(b.number))),
     Effect.catchTag("NodeRefused", () => Effect.succeed(Option.none<bigint>()))
   )
 
-  const fetchBlock = <const T extends boolean>(height: bigint, includeTransactions: T) =>
-    call(`getBlock ${height}`, () => client.getBlock({ blockNumber: height, includeTransactions }))
+  const header = Schema.NullOr(Schema.Struct({ hash: Schema.String }))
 
   return {
     chain,
     client,
-    // cacheTime 0: viem otherwise serves the block number from a cache for a polling interval.
-    head: call("getBlockNumber", () => client.getBlockNumber({ cacheTime: 0 })),
+    head: required("eth_blockNumber", []).pipe(Effect.flatMap(decoded(Quantity, "eth_blockNumber")), Effect.map(BigInt)),
     finalized,
-    blockHash: (height) => Effect.map(fetchBlock(height, false), (block) => block.hash),
+    blockHash: (height) =>
+      required("eth_getBlockByNumber", [`0x${height.toString(16)}`, false]).pipe(
+        Effect.flatMap(decoded(header, `eth_getBlockByNumber ${height}`)),
+        Effect.flatMap((block) =>
+          block === null
+            ? Effect.fail(new ChainUnavailable({ chain, message: `block ${height} not found` }))
+            : Effect.succeed(block.hash)
+        )
+      ),
     block: reader.block,
     reading: reader.reading
   }

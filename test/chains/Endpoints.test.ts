@@ -179,6 +179,63 @@ describe("several endpoints per chain", () => {
     }))
 })
 
+/**
+ * An endpoint in front of `target` at two paths: `/moved` answers HTTP 307 to `target` (a
+ * provider that moved its URL), `/huge` forwards `eth_chainId` and answers anything else with
+ * 11 MB of JSON.
+ */
+const oddEndpoint = (target: string) =>
+  Effect.acquireRelease(
+    Effect.async<{ readonly url: string; readonly close: () => void }>((resume) => {
+      const server = createServer((request, response) => {
+        if (request.url === "/moved") {
+          request.resume()
+          response.writeHead(307, { location: target }).end()
+          return
+        }
+        void bodyOf(request).then(async (body) => {
+          const calls = [JSON.parse(body)].flat() as Array<{ method: string }>
+          if (calls.every((call) => call.method === "eth_chainId")) {
+            const answer = await fetch(target, { method: "POST", headers: { "content-type": "application/json" }, body })
+            response.writeHead(answer.status, { "content-type": "application/json" }).end(await answer.text())
+            return
+          }
+          response.writeHead(200, { "content-type": "application/json" })
+            .end(JSON.stringify({ jsonrpc: "2.0", id: 1, result: `0x${"0".repeat(11 * 1024 * 1024)}` }))
+        })
+      })
+      server.listen(0, "127.0.0.1", () => {
+        const address = server.address()
+        const port = typeof address === "object" && address !== null ? address.port : 0
+        resume(Effect.succeed({ url: `http://127.0.0.1:${port}`, close: () => server.close() }))
+      })
+    }),
+    (endpoint) => Effect.sync(endpoint.close)
+  )
+
+describe("the HTTP under the JSON-RPC", () => {
+  it.live("a moved endpoint (HTTP 307) is followed; an answer over 10 MB is refused, not read", () =>
+    Effect.gen(function*() {
+      const { anvil } = yield* anvilEnv
+      const odd = yield* oddEndpoint(anvil)
+      const direct = yield* ChainClients.pipe(
+        Effect.flatMap((clients) => clients.head("ethereum")),
+        withClients({ CHAINS: "ethereum", CHAIN_ID_ETHEREUM: "31337", RPC_URL_ETHEREUM: anvil })
+      )
+      const moved = yield* ChainClients.pipe(
+        Effect.flatMap((clients) => clients.head("ethereum")),
+        withClients({ CHAINS: "ethereum", CHAIN_ID_ETHEREUM: "31337", RPC_URL_ETHEREUM: `${odd.url}/moved` })
+      )
+      expect(moved).toBeGreaterThanOrEqual(direct)
+      const error = yield* ChainClients.pipe(
+        Effect.flatMap((clients) => Effect.flip(clients.head("ethereum"))),
+        withClients({ CHAINS: "ethereum", CHAIN_ID_ETHEREUM: "31337", RPC_URL_ETHEREUM: `${odd.url}/huge` })
+      )
+      expect(error).toBeInstanceOf(ChainUnavailable)
+      expect(error.message).toMatch(/eth_blockNumber: HTTP response body exceeded the size limit/)
+    }).pipe(Effect.scoped))
+})
+
 describe("rate-limit answers", () => {
   const now = Date.parse("2026-11-23T12:00:00Z")
 
