@@ -10,6 +10,7 @@ import { Effect, Schema } from "effect"
 
 const Locked = Schema.Tuple(Schema.Struct({ locked: Schema.Boolean }))
 const decodeLocked = Schema.decodeUnknown(Locked)
+const decodePendingFlag = Schema.decodeUnknown(Schema.Tuple(Schema.Struct({ pending: Schema.Boolean })))
 
 const PendingRow = Schema.Struct({
   id: Schema.String,
@@ -34,11 +35,15 @@ export interface PendingEvent {
 
 export const makeEventStore = (sql: SqlClient.SqlClient) => {
   /**
-   * Sends the oldest unpublished records (up to `limit`) with `send` and marks them published,
-   * in one transaction under the relay's lock; returns how many went out (0 when none waited,
-   * or another replica is publishing: its batch goes out, ours would only interleave).
+   * Whether any record waits: one look at the partial index, so that a wake or poll with
+   * nothing to publish (after most blocks) costs one round trip, not a transaction of four.
    */
-  const publish = <E>(
+  const anyPending = sql`SELECT EXISTS (SELECT 1 FROM outbox_events WHERE published_at IS NULL) AS pending`.pipe(
+    Effect.flatMap((rows) => Effect.orDie(decodePendingFlag(rows))),
+    Effect.map(([row]) => row.pending)
+  )
+
+  const publishBatch = <E>(
     limit: number,
     send: (events: ReadonlyArray<PendingEvent>) => Effect.Effect<void, E>
   ): Effect.Effect<number, E | SqlError> =>
@@ -57,6 +62,17 @@ export const makeEventStore = (sql: SqlClient.SqlClient) => {
       yield* sql`UPDATE outbox_events SET published_at = now() WHERE id IN ${sql.in(rows.map((row) => row.id))}`
       return rows.length
     }).pipe(sql.withTransaction)
+
+  /**
+   * Sends the oldest unpublished records (up to `limit`) with `send` and marks them published,
+   * in one transaction under the relay's lock; returns how many went out (0 when none waited,
+   * or another replica is publishing: its batch goes out, ours would only interleave).
+   */
+  const publish = <E>(
+    limit: number,
+    send: (events: ReadonlyArray<PendingEvent>) => Effect.Effect<void, E>
+  ): Effect.Effect<number, E | SqlError> =>
+    Effect.flatMap(anyPending, (pending) => pending ? publishBatch(limit, send) : Effect.succeed(0))
 
   return { publish } as const
 }
