@@ -224,7 +224,8 @@ describe("TRACES_<CHAIN>=on", () => {
   it.scoped("fails clearly when the node offers no traces", () =>
     Effect.gen(function*() {
       const proxy = yield* startRpcProxy(anvilUrl(), ["debug_traceBlockByNumber", "trace_block"])
-      const clients = yield* ChainClients.pipe(
+      // Read while the clients' layer is up: it closes their connections when it goes.
+      const error = yield* Effect.flatMap(ChainClients, (clients) => Effect.flip(clients.reading("ethereum"))).pipe(
         Effect.provide(ChainClients.Default),
         Effect.withConfigProvider(ConfigProvider.fromMap(new Map([
           ["CHAINS", "ethereum"],
@@ -233,7 +234,6 @@ describe("TRACES_<CHAIN>=on", () => {
           ["TRACES_ETHEREUM", "on"]
         ])))
       )
-      const error = yield* Effect.flip(clients.reading("ethereum"))
       expect(error.message).toBe(
         "TRACES_ETHEREUM=on, but the node answers neither trace_block nor debug_traceBlockByNumber"
       )
