@@ -3,7 +3,7 @@
 // 429 the way a rate-limited public endpoint does.
 import { describe, expect, it } from "@effect/vitest"
 import { Config, ConfigProvider, Effect, Option, Schedule, Schema } from "effect"
-import { createServer, type IncomingMessage } from "node:http"
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http"
 import { ChainClients, ChainUnavailable } from "../../src/Chains/ChainClients.ts"
 import { rateLimit, retryAfterMs } from "../../src/Chains/Endpoints.ts"
 import { spawnAnvil } from "../ingest/harness.ts"
@@ -26,45 +26,64 @@ const bodyOf = (request: IncomingMessage) =>
     request.on("end", () => resolve(Buffer.concat(chunks).toString()))
   })
 
+/** A request's JSON-RPC calls (one, or a batch). */
+type Calls = ReadonlyArray<{ readonly method: string; readonly id?: unknown }>
+
+/**
+ * A real HTTP endpoint on 127.0.0.1 in front of `target`: requests of `eth_chainId` alone are
+ * forwarded (so it passes the start check), every other one goes to `answer`. Closed with its
+ * scope.
+ */
+const endpointInFront = (
+  target: string,
+  answer: (request: { readonly path: string; readonly body: string; readonly calls: Calls }, response: ServerResponse) => void
+) =>
+  Effect.acquireRelease(
+    Effect.async<{ readonly url: string; readonly close: () => void }>((resume) => {
+      const server = createServer((request, response) => {
+        void bodyOf(request).then(async (body) => {
+          const calls = [JSON.parse(body)].flat() as Calls
+          if (calls.every((call) => call.method === "eth_chainId")) {
+            const forwarded = await fetch(target, { method: "POST", headers: { "content-type": "application/json" }, body })
+            response.writeHead(forwarded.status, { "content-type": "application/json" }).end(await forwarded.text())
+            return
+          }
+          answer({ path: request.url ?? "/", body, calls }, response)
+        })
+      })
+      server.listen(0, "127.0.0.1", () => {
+        const address = server.address()
+        const port = typeof address === "object" && address !== null ? address.port : 0
+        resume(Effect.succeed({ url: `http://127.0.0.1:${port}`, close: () => server.close() }))
+      })
+    }),
+    (endpoint) => Effect.sync(endpoint.close)
+  )
+
 /**
  * A JSON-RPC proxy in front of `target` that passes `eth_chainId` through and answers every
  * other request with HTTP 429 and `Retry-After: <retryAfterSeconds>` (or, `as: "json-rpc"`,
  * with HTTP 200 and JSON-RPC error -32005 "limit exceeded", as some providers do); counts them.
  */
 const rateLimitingProxy = (target: string, retryAfterSeconds: number, as: "http" | "json-rpc" = "http") =>
-  Effect.acquireRelease(
-    Effect.async<{ readonly url: string; readonly limited: () => number; readonly close: () => void }>((resume) => {
-      let limited = 0
-      const server = createServer((request, response) => {
-        void bodyOf(request).then(async (body) => {
-          const calls = [JSON.parse(body)].flat() as Array<{ method: string }>
-          if (calls.every((call) => call.method === "eth_chainId")) {
-            const answer = await fetch(target, { method: "POST", headers: { "content-type": "application/json" }, body })
-            response.writeHead(answer.status, { "content-type": "application/json" }).end(await answer.text())
-            return
-          }
-          limited += 1
-          if (as === "json-rpc") {
-            const answer = calls.map((call) => ({
-              jsonrpc: "2.0",
-              id: (call as { id?: unknown }).id ?? null,
-              error: { code: -32005, message: "limit exceeded" }
-            }))
-            response.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(Array.isArray(JSON.parse(body)) ? answer : answer[0]))
-            return
-          }
-          response.writeHead(429, { "content-type": "text/plain", "retry-after": String(retryAfterSeconds) })
-            .end("Too Many Requests")
-        })
-      })
-      server.listen(0, "127.0.0.1", () => {
-        const address = server.address()
-        const port = typeof address === "object" && address !== null ? address.port : 0
-        resume(Effect.succeed({ url: `http://127.0.0.1:${port}/`, limited: () => limited, close: () => server.close() }))
-      })
-    }),
-    (proxy) => Effect.sync(proxy.close)
-  )
+  Effect.gen(function*() {
+    let limited = 0
+    const endpoint = yield* endpointInFront(target, ({ body, calls }, response) => {
+      limited += 1
+      if (as === "json-rpc") {
+        const answer = calls.map((call) => ({
+          jsonrpc: "2.0",
+          id: call.id ?? null,
+          error: { code: -32005, message: "limit exceeded" }
+        }))
+        response.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(Array.isArray(JSON.parse(body)) ? answer : answer[0]))
+        return
+      }
+      response.writeHead(429, { "content-type": "text/plain", "retry-after": String(retryAfterSeconds) })
+        .end("Too Many Requests")
+    })
+    return { url: `${endpoint.url}/`, limited: () => limited }
+  })
 
 const anvilEnv = Effect.map(Config.string("ANVIL_URL"), (anvil) => ({ anvil }))
 
@@ -181,37 +200,18 @@ describe("several endpoints per chain", () => {
 
 /**
  * An endpoint in front of `target` at two paths: `/moved` answers HTTP 307 to `target` (a
- * provider that moved its URL), `/huge` forwards `eth_chainId` and answers anything else with
- * 11 MB of JSON.
+ * provider that moved its URL), `/huge` answers with 11 MB of JSON; both pass `eth_chainId`
+ * through.
  */
 const oddEndpoint = (target: string) =>
-  Effect.acquireRelease(
-    Effect.async<{ readonly url: string; readonly close: () => void }>((resume) => {
-      const server = createServer((request, response) => {
-        if (request.url === "/moved") {
-          request.resume()
-          response.writeHead(307, { location: target }).end()
-          return
-        }
-        void bodyOf(request).then(async (body) => {
-          const calls = [JSON.parse(body)].flat() as Array<{ method: string }>
-          if (calls.every((call) => call.method === "eth_chainId")) {
-            const answer = await fetch(target, { method: "POST", headers: { "content-type": "application/json" }, body })
-            response.writeHead(answer.status, { "content-type": "application/json" }).end(await answer.text())
-            return
-          }
-          response.writeHead(200, { "content-type": "application/json" })
-            .end(JSON.stringify({ jsonrpc: "2.0", id: 1, result: `0x${"0".repeat(11 * 1024 * 1024)}` }))
-        })
-      })
-      server.listen(0, "127.0.0.1", () => {
-        const address = server.address()
-        const port = typeof address === "object" && address !== null ? address.port : 0
-        resume(Effect.succeed({ url: `http://127.0.0.1:${port}`, close: () => server.close() }))
-      })
-    }),
-    (endpoint) => Effect.sync(endpoint.close)
-  )
+  endpointInFront(target, ({ path }, response) => {
+    if (path === "/moved") {
+      response.writeHead(307, { location: target }).end()
+      return
+    }
+    response.writeHead(200, { "content-type": "application/json" })
+      .end(JSON.stringify({ jsonrpc: "2.0", id: 1, result: `0x${"0".repeat(11 * 1024 * 1024)}` }))
+  })
 
 describe("the HTTP under the JSON-RPC", () => {
   it.live("a moved endpoint (HTTP 307) is followed; an answer over 10 MB is refused, not read", () =>
