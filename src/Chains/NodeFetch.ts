@@ -17,7 +17,7 @@ import { ResponseBodyTooLargeError } from "viem"
 export type NodeFetch = (input: string | URL | Request, init?: RequestInit) => Promise<Response>
 
 /** viem's own default limit on a JSON-RPC response body. */
-export const maxBodyBytes = 10 * 1024 * 1024
+const maxBodyBytes = 10 * 1024 * 1024
 
 const headerRecord = (headers: RequestInit["headers"]): Record<string, string> => {
   const record: Record<string, string> = {}
