@@ -18,6 +18,9 @@
  * transfer recorded in `transfers`, each `payment.underpaid` / `payment.paid_late` /
  * `transfer.unattributed` record): since every transfer to an address with an open payment is
  * recorded, about half of each block's non-matching transfers are rows to write, not no-ops.
+ * The rows come from a first, untimed direct pass; then the direct run and both baselines, each
+ * on a fresh database, take turns in `BENCH_MATCHER_ROUNDS` (5) rounds of consecutive blocks in
+ * rotating order, so that the machine speeding up or slowing down weighs on all three alike.
  *
  *   npx tsx bench/matcher.ts      (or `run` from bench/index.ts)
  */
@@ -56,6 +59,7 @@ interface Settings {
   readonly watches: number
   readonly blocks: number
   readonly matchesPerBlock: number
+  readonly rounds: number
   readonly kafkaBrokers: string
   readonly databaseUrl: Option.Option<string>
 }
@@ -64,6 +68,7 @@ const settings = Config.all({
   watches: Config.integer("BENCH_WATCHES").pipe(Config.withDefault(100_000)),
   blocks: Config.integer("BENCH_BLOCKS").pipe(Config.withDefault(500)),
   matchesPerBlock: Config.integer("BENCH_MATCHES_PER_BLOCK").pipe(Config.withDefault(20)),
+  rounds: Config.integer("BENCH_MATCHER_ROUNDS").pipe(Config.withDefault(5)),
   kafkaBrokers: Config.string("KAFKA_BROKERS").pipe(Config.withDefault("")),
   databaseUrl: Config.option(Config.string("DATABASE_URL"))
 })
@@ -156,7 +161,8 @@ export const insertWatches = (count: number, callbackBase = "https://93.184.216.
     yield* sql`ANALYZE`
   })
 
-const measure = (mode: Mode, s: Settings, blocks: ReadonlyArray<BlockRecord>) =>
+/** A fresh database with the watches, as every run starts: its layer (PostgreSQL or PGlite, an event log) and config. */
+const prepared = (mode: Mode, s: Settings) =>
   Effect.gen(function*() {
     const database = yield* freshDatabase(s.databaseUrl)
     const suffix = randomBytes(4).toString("hex")
@@ -172,25 +178,31 @@ const measure = (mode: Mode, s: Settings, blocks: ReadonlyArray<BlockRecord>) =>
         .pipe(Layer.provide(config))
     )
     yield* insertWatches(s.watches).pipe(Effect.provide(base))
+    return { base, config }
+  })
+
+/** The direct run's database: `Matcher.apply` for each block it is given, in order. */
+const directDatabase = (s: Settings) =>
+  Effect.gen(function*() {
+    const { base, config } = yield* prepared("direct", s)
+    const matcher = yield* Matcher.pipe(Effect.provide(Matcher.Default.pipe(Layer.provide(Outbox.Default), Layer.provide(Layer.succeedContext(base)), Layer.provide(config))))
+    return { base, apply: (blocks: ReadonlyArray<BlockRecord>) => Effect.forEach(blocks, matcher.apply, { discard: true }) }
+  })
+
+/** The blocks published first, then consumed by `MatcherLive` through the event log until the last is applied. */
+const measureConsumer = (mode: "embedded" | "kafka", s: Settings, blocks: ReadonlyArray<BlockRecord>) =>
+  Effect.gen(function*() {
+    const { base, config } = yield* prepared(mode, s)
     const last = blocks[blocks.length - 1]!.number
-    let started: number
-    if (mode === "direct") {
-      const matcher = yield* Matcher.pipe(Effect.provide(Matcher.Default.pipe(Layer.provide(Outbox.Default), Layer.provide(Layer.succeedContext(base)), Layer.provide(config))))
-      started = performance.now()
-      for (const block of blocks) yield* matcher.apply(block)
-    } else {
-      const eventLog = Context.get(base, EventLog)
-      yield* eventLog.publish(outgoing(eventLog, blocks))
-      started = performance.now()
-      const context = yield* Layer.build(MatcherLive.pipe(Layer.provide(Layer.mergeAll(Supervisor.Default, Outbox.Default)), Layer.provide(Layer.succeedContext(base)), Layer.provide(config)))
-      yield* Context.get(context, Matcher).changes.pipe(
-        Stream.takeUntil((statuses) => statuses.get("ethereum")?.cursor?.number === last),
-        Stream.runDrain
-      )
-    }
-    const seconds = (performance.now() - started) / 1000
-    const perSecond = yield* report(mode, blocks.length, seconds).pipe(Effect.provide(base))
-    return { perSecond, written: yield* readWritten.pipe(Effect.provide(base)) }
+    const eventLog = Context.get(base, EventLog)
+    yield* eventLog.publish(outgoing(eventLog, blocks))
+    const started = performance.now()
+    const context = yield* Layer.build(MatcherLive.pipe(Layer.provide(Layer.mergeAll(Supervisor.Default, Outbox.Default)), Layer.provide(Layer.succeedContext(base)), Layer.provide(config)))
+    yield* Context.get(context, Matcher).changes.pipe(
+      Stream.takeUntil((statuses) => statuses.get("ethereum")?.cursor?.number === last),
+      Stream.runDrain
+    )
+    return yield* report(mode, blocks.length, (performance.now() - started) / 1000).pipe(Effect.provide(base))
   }).pipe(Effect.scoped)
 
 /** Prints a run's figures and what it wrote; transfers per second. */
@@ -362,13 +374,13 @@ const rawAccountingStatement = rawBlockStatement.replace(
 )
 
 /**
- * The raw baseline: the direct run's rows committed by a bare `pg` client into a fresh database;
- * with `accounting`, its recorded transfers and their records too.
+ * A raw baseline's database: a fresh one with the same watches, into which a bare `pg` client
+ * commits the rows the direct run wrote for each block it is given (with `accounting`, its
+ * recorded transfers and their records too), one autocommitted statement per block.
  */
-const measureRaw = (
+const rawDatabase = (
   s: Settings,
   databaseUrl: string,
-  blocks: ReadonlyArray<BlockRecord>,
   written: ReadonlyMap<string, BlockWrites>,
   accounting: boolean
 ) =>
@@ -386,7 +398,7 @@ const measureRaw = (
       }),
       (c) => Effect.promise(() => c.end())
     )
-    const statements = blocks.map((block) => {
+    const valuesOf = (block: BlockRecord) => {
       const w = written.get(block.number.toString())
       return [
         block.number.toString(),
@@ -419,15 +431,59 @@ const measureRaw = (
           ]
           : [])
       ]
-    })
-    const started = performance.now()
-    yield* Effect.promise(async () => {
-      for (const values of statements) await client.query(accounting ? rawAccountingStatement : rawBlockStatement, values)
-    })
-    const seconds = (performance.now() - started) / 1000
-    return yield* report(accounting ? "raw+acct" : "raw", blocks.length, seconds).pipe(Effect.provide(base))
-  }).pipe(Effect.scoped)
+    }
+    const statement = accounting ? rawAccountingStatement : rawBlockStatement
+    return {
+      base,
+      apply: (blocks: ReadonlyArray<BlockRecord>) => {
+        // The statements' values are made before the clock starts, as the direct run's blocks are.
+        const values = blocks.map(valuesOf)
+        return Effect.promise(async () => {
+          for (const v of values) await client.query(statement, v)
+        })
+      }
+    }
+  })
 
+/** A database taking its turn: what it does with a run of blocks, and its layer for the report. */
+interface Turn {
+  readonly mode: "direct" | "raw" | "raw+acct"
+  readonly base: Context.Context<SqlClient.SqlClient>
+  readonly apply: (blocks: ReadonlyArray<BlockRecord>) => Effect.Effect<void, unknown>
+}
+
+/**
+ * The direct run against its raw baselines: first an untimed direct pass, whose rows the
+ * baselines write; then the direct run again and both baselines, each on a fresh database,
+ * taking turns in `BENCH_MATCHER_ROUNDS` rounds of consecutive blocks in rotating order, so
+ * that the machine speeding up or slowing down weighs on all three alike.
+ */
+const compareWithRaw = (s: Settings, databaseUrl: string, blocks: ReadonlyArray<BlockRecord>) =>
+  Effect.gen(function*() {
+    const written = yield* Effect.scoped(Effect.flatMap(directDatabase(s), (first) =>
+      Effect.zipRight(first.apply(blocks), readWritten.pipe(Effect.provide(first.base)))))
+    const turns: ReadonlyArray<Turn> = [
+      { mode: "direct", ...(yield* directDatabase(s)) },
+      { mode: "raw", ...(yield* rawDatabase(s, databaseUrl, written, false)) },
+      { mode: "raw+acct", ...(yield* rawDatabase(s, databaseUrl, written, true)) }
+    ]
+    const seconds = turns.map(() => 0)
+    const perRound = Math.ceil(blocks.length / s.rounds)
+    for (let round = 0; round < s.rounds; round++) {
+      const run = blocks.slice(round * perRound, (round + 1) * perRound)
+      for (let turn = 0; turn < turns.length; turn++) {
+        const at = (round + turn) % turns.length
+        const started = performance.now()
+        yield* turns[at]!.apply(run)
+        seconds[at]! += (performance.now() - started) / 1000
+      }
+    }
+    const figures: MatcherFigures = {}
+    for (const [i, turn] of turns.entries()) {
+      figures[turn.mode] = yield* report(turn.mode, blocks.length, seconds[i]!).pipe(Effect.provide(turn.base))
+    }
+    return figures
+  }).pipe(Effect.scoped)
 
 /** Transfers per second by mode (Kafka only when `KAFKA_BROKERS` is set, raw only on PostgreSQL). */
 export type MatcherFigures = Partial<Record<Mode | "raw" | "raw+acct", number>>
@@ -441,21 +497,24 @@ export const run = Effect.gen(function*() {
         `${s.matchesPerBlock} matching; database ${Option.isSome(s.databaseUrl) ? "PostgreSQL (DATABASE_URL)" : "embedded PGlite"}`
     )
   )
-  const direct = yield* measure("direct", s, blocks)
-  const raw = yield* Option.match(s.databaseUrl, {
-    onNone: () => Effect.as(Effect.sync(() => console.log("matcher raw     : skipped (needs DATABASE_URL)")), {}),
-    onSome: (url) =>
-      Effect.all({
-        raw: measureRaw(s, url, blocks, direct.written, false),
-        "raw+acct": measureRaw(s, url, blocks, direct.written, true)
-      })
+  const compared: MatcherFigures = yield* Option.match(s.databaseUrl, {
+    onNone: () =>
+      Effect.gen(function*() {
+        const direct = yield* directDatabase(s)
+        const started = performance.now()
+        yield* direct.apply(blocks)
+        const perSecond = yield* report("direct", blocks.length, (performance.now() - started) / 1000).pipe(Effect.provide(direct.base))
+        yield* Effect.sync(() => console.log("matcher raw     : skipped (needs DATABASE_URL)"))
+        return { direct: perSecond }
+      }).pipe(Effect.scoped),
+    onSome: (url) => compareWithRaw(s, url, blocks)
   })
-  const figures: MatcherFigures = { direct: direct.perSecond, ...raw, embedded: (yield* measure("embedded", s, blocks)).perSecond }
+  const figures: MatcherFigures = { ...compared, embedded: yield* measureConsumer("embedded", s, blocks) }
   if (s.kafkaBrokers.trim() === "") {
     yield* Effect.sync(() => console.log("matcher kafka   : skipped (KAFKA_BROKERS unset)"))
     return figures
   }
-  return { ...figures, kafka: (yield* measure("kafka", s, blocks)).perSecond }
+  return { ...figures, kafka: yield* measureConsumer("kafka", s, blocks) }
 }).pipe(Effect.provide(Logger.minimumLogLevel(LogLevel.Error)))
 
 if (import.meta.url === `file://${process.argv[1]}`) {
