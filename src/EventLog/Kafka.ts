@@ -12,6 +12,7 @@
  * - kafkajs retries transient broker errors itself. It is told never to restart a crashed
  *   consumer: a crash fails the stream with `EventLogError`, and the caller's supervisor
  *   subscribes again (from the committed offsets).
+ * - kafkajs' request queues no longer spin a 1 ms timer per idle connection (KafkaRequestQueue.ts).
  */
 import { Config, Deferred, Effect, Exit, Layer, Queue, Runtime, Schedule, Stream } from "effect"
 import type { Scope } from "effect"
@@ -37,6 +38,7 @@ import {
   type SubscribeOptions,
   type TopicSpec
 } from "./EventLog.ts"
+import { fixIdleRequestQueue } from "./KafkaRequestQueue.ts"
 
 export interface KafkaSettings extends EventLogSettings {
   readonly brokers: ReadonlyArray<string>
@@ -157,6 +159,7 @@ export const makeKafka = (
 ): Effect.Effect<EventLogService, EventLogError, Scope.Scope> =>
   Effect.gen(function* () {
     const runtime = yield* Effect.runtime<never>()
+    yield* Effect.sync(fixIdleRequestQueue)
     const kafka = new Kafka({
       clientId: settings.clientId,
       brokers: [...settings.brokers],
