@@ -6,6 +6,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Schedule } from "effect"
 import { ChainClients } from "../../src/Chains/ChainClients.ts"
+import { latencyClass } from "../../src/Chains/EndpointHealth.ts"
 import { anvil } from "../support/Chains.ts"
 import { endpointProxy } from "../support/EndpointProxy.ts"
 import { freePort } from "../support/Service.ts"
@@ -96,6 +97,13 @@ describe("a chain with a hung endpoint", () => {
 
       yield* anvil.mine(1)
       yield* published(yield* anvil.head)
+      // Hang it only once it does rank first: until it has a latency of its own (a probe or a
+      // hedged call), the configured order puts the slower one first.
+      yield* eventually(chain, (c) => {
+        const [other, first] = c?.endpoints ?? []
+        return first?.latency_ms != null && other?.latency_ms != null &&
+          latencyClass(first.latency_ms) < latencyClass(other.latency_ms)
+      }, 60)
       proxy.hang()
       for (let i = 0; i < 3; i++) {
         yield* anvil.mine(1)
