@@ -142,7 +142,6 @@ export const hedgeDelayMs = (health: EndpointHealth, bounds: HedgeBounds): numbe
     : Math.min(bounds.maxMs, Math.max(bounds.minMs, health.latencyMs + 4 * health.latencyDeviationMs))
 
 /** Latency in classes that double from 50 ms: 0 below 50 ms, 1 below 100 ms, 2 below 200 ms, ... */
-/** Latencies within one class (doubling from 50 ms) rank as equal. */
 export const latencyClass = (ms: number): number => (ms < 50 ? 0 : Math.floor(Math.log2(ms / 50)) + 1)
 
 /**

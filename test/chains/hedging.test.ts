@@ -83,8 +83,9 @@ describe("a chain with a hung endpoint", () => {
   it.scopedLive("keeps publishing blocks when its first-ranked endpoint hangs for good (RPC_TIMEOUT_MS of ten minutes)", () =>
     Effect.gen(function*() {
       const proxy = yield* endpointProxy(anvilUrl())
-      // The other endpoint answers 150 ms late: the proxy ranks first until it hangs.
-      const slower = yield* endpointProxy(anvilUrl(), { delayMs: 150 })
+      // The other endpoint answers 400 ms late: the proxy ranks first until it hangs, unless
+      // a loaded machine slows its answers to that class too.
+      const slower = yield* endpointProxy(anvilUrl(), { delayMs: 400 })
       const app = yield* makeTestApp({
         CHAINS: "ethereum",
         RPC_URL_ETHEREUM: `${slower.url},${proxy.url}`,
@@ -97,8 +98,8 @@ describe("a chain with a hung endpoint", () => {
 
       yield* anvil.mine(1)
       yield* published(yield* anvil.head)
-      // Hang it only once it does rank first: until it has a latency of its own (a probe or a
-      // hedged call), the configured order puts the slower one first.
+      // Hang it only once it does rank first: when its latency reaches the slower one's class,
+      // the configured order asks the slower one first and the hang would go unused.
       yield* eventually(chain, (c) => {
         const [other, first] = c?.endpoints ?? []
         return first?.latency_ms != null && other?.latency_ms != null &&
