@@ -101,9 +101,10 @@ describe("a chain with a hung endpoint", () => {
       // Hang it only once it does rank first: when its latency reaches the slower one's class,
       // the configured order asks the slower one first and the hang would go unused.
       yield* eventually(chain, (c) => {
-        const [other, first] = c?.endpoints ?? []
-        return first?.latency_ms != null && other?.latency_ms != null &&
-          latencyClass(first.latency_ms) < latencyClass(other.latency_ms)
+        // In configured order: the slower one, then the proxy.
+        const [slowerStatus, proxyStatus] = c?.endpoints ?? []
+        return proxyStatus?.latency_ms != null && slowerStatus?.latency_ms != null &&
+          latencyClass(proxyStatus.latency_ms) < latencyClass(slowerStatus.latency_ms)
       }, 60)
       proxy.hang()
       for (let i = 0; i < 3; i++) {
