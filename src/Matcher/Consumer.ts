@@ -10,6 +10,12 @@
  * gathered (up to `MATCHER_BATCH_BLOCKS`, default 50) and applied together in the next one:
  * no delay when the matcher keeps up, one commit flush per batch when it catches up.
  *
+ * A reorg record never shares a transaction with the messages before it: it starts a run of
+ * its own, applied only once their offsets are committed (`runsAtReorgs`). Otherwise a crash
+ * or a rebalance between a transaction's commit and its offsets' would deliver the orphaned
+ * blocks again from before the reorg: above the cursor of the shorter new chain they would
+ * be applied again, and the reorg record, already applied, skipped.
+ *
  * After each commit the `Outbox` is told, which wakes the webhook dispatcher and the relay.
  *
  * Any failure (event log, database, an undecodable message, a defect) or an unexpected end
@@ -35,6 +41,22 @@ export const MatcherBatchBlocks = Config.integer("MATCHER_BATCH_BLOCKS").pipe(
   Config.withDefault(50),
   Config.validate({ message: "MATCHER_BATCH_BLOCKS must be at least 1", validation: (n) => n >= 1 })
 )
+
+/**
+ * The events gathered for one transaction, split so that every reorg record starts a run: each
+ * run is applied, and its offsets committed, before the next begins.
+ */
+export const runsAtReorgs = <A extends { readonly message: { readonly type: string } }>(
+  events: ReadonlyArray<A>
+): ReadonlyArray<Chunk.NonEmptyChunk<A>> => {
+  const runs: Array<Chunk.NonEmptyChunk<A>> = []
+  for (const event of events) {
+    const last = runs.length - 1
+    if (last < 0 || event.message.type === "reorg") runs.push(Chunk.of(event))
+    else runs[last] = Chunk.append(runs[last]!, event)
+  }
+  return runs
+}
 
 /** One line per committed state change, carrying the id of what changed. */
 const logChanges = (outcome: ApplyOutcome) =>
@@ -99,7 +121,7 @@ export const makeMatcherLoop = Effect.gen(function*() {
         messages.pipe(
           assembleBlocks,
           Stream.aggregate(Sink.collectAllN<BlockEvent>(batchBlocks)),
-          Stream.filter(Chunk.isNonEmpty),
+          Stream.mapConcat((events) => runsAtReorgs(Chunk.toReadonlyArray(events))),
           Stream.mapEffect(process(progress))
         )
       ),

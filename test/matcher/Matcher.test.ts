@@ -1,10 +1,11 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Stream } from "effect"
 import { eventually, subscribe } from "../support/TestApp.ts"
 import { SqlClient } from "@effect/sql"
 import { blockRecords } from "../../src/Ingest/BlockMessage.ts"
 import { sweepExpired } from "../../src/Watches/ExpirySweeper.ts"
 import { MatcherCursors } from "../../src/Matcher/Cursors.ts"
+import { EventLogError } from "../../src/EventLog/EventLog.ts"
 import { block, type Harness, hashOf, hook, logKinds, makeHarness, reorg, txHash } from "./harness.ts"
 
 const MERCHANT = "0x1111111111111111111111111111111111111111"
@@ -25,14 +26,14 @@ interface Watch {
 }
 
 /** A merchant's PENDING ethereum payment created through the API, with the chain head it saw. */
-const createPayment = (h: Harness, usd = "30") =>
+const createPayment = (h: Harness, usd = "30", options: Record<string, unknown> = {}) =>
   Effect.gen(function*() {
     const key = yield* subscribe(h.app)
     const added = yield* h.app.request("POST", "/addresses", { key, json: { chain: "ethereum", addresses: [MERCHANT] } })
     expect(added.status).toBe(200)
     const created = yield* h.app.request("POST", "/payments", {
       key,
-      json: { usd_amount: usd, chain: "ethereum", callback_url: hook }
+      json: { usd_amount: usd, chain: "ethereum", callback_url: hook, ...options }
     })
     expect(created.status).toBe(200)
     const [row] = yield* h.sql<{ start_block: string }>`
@@ -244,6 +245,65 @@ for (const kind of logKinds) {
         })
         expect((yield* h.matcher.statuses).get("ethereum")).toMatchObject({ reorgs: 1, paymentsReorged: 1 })
         expect(yield* deliveries(h)).toHaveLength(1)
+      }).pipe(Effect.scoped))
+
+    it.live("a crash after a reorg's transaction, before its offsets, applies none of the orphaned blocks again", () =>
+      Effect.gen(function*() {
+        // The first offset commit at or past the reorg record fails, as when the process dies
+        // or the partition moves between the transaction that applied the reorg and the commit:
+        // the matcher subscribes again and gets every uncommitted message again.
+        let reorgOffset: bigint | undefined
+        let failed = false
+        const h = yield* makeHarness(kind, {}, {
+          matcherLog: (log) => ({
+            ...log,
+            subscribe: (options) =>
+              log.subscribe(options).pipe(Stream.map((message) => {
+                if (message.headers.type === "reorg") reorgOffset ??= message.offset
+                const commit = Effect.suspend(() => {
+                  if (reorgOffset === undefined || message.offset < reorgOffset || failed) return message.commit
+                  failed = true
+                  return Effect.fail(new EventLogError({ operation: "commit", message: "connection lost" }))
+                })
+                return { ...message, commit }
+              }))
+          })
+        })
+        const orphanedTo = yield* createPayment(h, "30", { confirmations_required: 3 })
+        const canonicalTo = yield* createPayment(h, "31", { confirmations_required: 3 })
+        const n = above(orphanedTo.startBlock)
+        yield* h.publish(block("ethereum", n, []))
+        yield* h.settled("ethereum")
+
+        // Fork b (n+1, n+2 paying the first payment) is replaced by fork c, shorter so far.
+        const orphanedTx = txHash()
+        yield* h.publish(
+          block("ethereum", n + 1n, [], { fork: "b", parentFork: "a" }),
+          block("ethereum", n + 2n, [{ to: orphanedTo.address, value: orphanedTo.amount, txHash: orphanedTx }], { fork: "b" }),
+          reorg("ethereum", n + 1n, n + 2n, "b"),
+          block("ethereum", n + 1n, [], { fork: "c", parentFork: "a" })
+        )
+        yield* h.settled("ethereum")
+        expect(failed).toBe(true)
+        expect((yield* h.matcher.statuses).get("ethereum")?.failures).toBeGreaterThanOrEqual(1)
+
+        const canonicalTx = txHash()
+        yield* h.publish(
+          block("ethereum", n + 2n, [{ to: canonicalTo.address, value: canonicalTo.amount, txHash: canonicalTx }], { fork: "c" }),
+          block("ethereum", n + 3n, [], { fork: "c" }),
+          block("ethereum", n + 4n, [], { fork: "c" })
+        )
+        yield* h.settled("ethereum")
+        expect(yield* status(h, orphanedTo)).toMatchObject({
+          status: "PENDING",
+          tx_hash: null,
+          confirmations: 0,
+          amount_received_wei: "0",
+          exception: null
+        })
+        expect(yield* status(h, canonicalTo)).toMatchObject({ status: "PAID", tx_hash: canonicalTx, confirmations: 3 })
+        expect((yield* deliveries(h)).map((d) => d.payload.txHash)).toEqual([canonicalTx])
+        expect((yield* detections(h, orphanedTo.id)).map((d) => [d.tx_hash, d.orphaned])).toEqual([[orphanedTx, true]])
       }).pipe(Effect.scoped))
 
     it.live("judges expiry by the block's timestamp", () =>

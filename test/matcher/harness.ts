@@ -4,7 +4,7 @@
  * Kafka) with topics and a consumer group of its own.
  */
 import { SqlClient } from "@effect/sql"
-import { ConfigProvider, Context, Effect, Layer, Logger, LogLevel } from "effect"
+import { ConfigProvider, Context, Effect, identity, Layer, Logger, LogLevel } from "effect"
 import type { Scope } from "effect"
 import { randomBytes } from "node:crypto"
 import { nativeAsset } from "../../src/Chains/Block.ts"
@@ -38,7 +38,16 @@ export interface Harness {
   readonly settled: (chain: ChainName) => Effect.Effect<void>
 }
 
-export const makeHarness = (kind: LogKind, env: Record<string, string> = {}): Effect.Effect<Harness, never, Scope.Scope> =>
+export interface HarnessOptions {
+  /** The event log as the matcher sees it (by default the harness's own). */
+  readonly matcherLog?: (log: EventLogService) => EventLogService
+}
+
+export const makeHarness = (
+  kind: LogKind,
+  env: Record<string, string> = {},
+  options: HarnessOptions = {}
+): Effect.Effect<Harness, never, Scope.Scope> =>
   Effect.gen(function*() {
     const app = yield* makeTestApp()
     const suffix = randomBytes(4).toString("hex")
@@ -55,6 +64,7 @@ export const makeHarness = (kind: LogKind, env: Record<string, string> = {}): Ef
     const context = yield* Layer.build(
       MatcherLive.pipe(
         Layer.provide(Layer.mergeAll(Supervisor.Default, Outbox.Default)),
+        Layer.provide(Layer.effect(EventLog, Effect.map(EventLog, options.matcherLog ?? identity))),
         Layer.provideMerge(kind === "kafka" ? Layer.merge(KafkaLive, DatabaseLive) : EmbeddedLive.pipe(Layer.provideMerge(DatabaseLive))),
         Layer.provide(Logger.minimumLogLevel(LogLevel.None)),
         Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(config)))
