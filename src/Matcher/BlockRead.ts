@@ -174,10 +174,12 @@ export const readBlock = (
       WHERE p.tx_hash IS NULL AND COALESCE(w.start_block, -1) < ${n}::bigint
     ),
     -- Transfers are orphaned only by a reorg, which the cursor records: a chain that never had
-    -- one skips the lookup.
+    -- one skips the lookup. The copy is the same transfer only with the same recipient, asset
+    -- and amount: a log's position is its index in the block, which another block shifts.
     remined AS (
       SELECT DISTINCT ON (t.ord) t.ord, tr.payment_id, tr.attribution
       FROM t JOIN transfers tr ON tr.chain = ${block.chain} AND tr.tx_hash = t.tx_hash AND tr.position = t.position
+        AND tr.address = t.address AND tr.asset = t.asset AND tr.amount = t.amount
       WHERE tr.orphaned_at IS NOT NULL AND tr.payment_id IS NOT NULL
         AND EXISTS (SELECT 1 FROM locked WHERE locked.last_reorg IS NOT NULL)
       ORDER BY t.ord, tr.id DESC

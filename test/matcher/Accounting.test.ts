@@ -15,13 +15,13 @@ interface Payment {
 }
 
 /** A merchant account with `address` registered and a PENDING ethereum payment on it. */
-const createPayment = (h: Harness, address: string, usd = "20", key?: string) =>
+const createPayment = (h: Harness, address: string, usd = "20", key?: string, options: Record<string, unknown> = {}) =>
   Effect.gen(function*() {
     const apiKey = key ?? (yield* subscribe(h.app))
     yield* h.app.request("POST", "/addresses", { key: apiKey, json: { chain: "ethereum", addresses: [address] } })
     const created = yield* h.app.request("POST", "/payments", {
       key: apiKey,
-      json: { usd_amount: usd, chain: "ethereum", callback_url: hook }
+      json: { usd_amount: usd, chain: "ethereum", callback_url: hook, ...options }
     })
     expect(created.status).toBe(200)
     const [row] = yield* h.sql<{ start_block: string }>`
@@ -154,5 +154,42 @@ describe("matcher: every cent accounted for", { timeout: 120_000 }, () => {
       yield* h.settled("ethereum")
       expect(yield* row(h, p)).toMatchObject({ status: "PAID", tx_hash: b, amount_received: p.amount.toString(), exception: null })
       expect(yield* deliveries(h)).toHaveLength(1)
+    }).pipe(Effect.scoped))
+
+  it.live("a re-mined transaction whose logs moved pays each payment with its own transfer, not by log index", () =>
+    Effect.gen(function*() {
+      const h = yield* makeHarness("embedded")
+      const usdc = yield* createPayment(h, addr(5), "20", undefined, { asset: "USDC" })
+      const usdt = yield* createPayment(h, addr(6), "21", undefined, { asset: "USDT" })
+      const contracts = new Map((yield* h.sql<{ id: string; asset: string }>`
+        SELECT id, asset FROM watches WHERE id IN (${usdc.id}, ${usdt.id})`.pipe(Effect.orDie)).map((w) => [w.id, w.asset]))
+      const n = usdc.n > usdt.n ? usdc.n : usdt.n
+      // One transaction paying both (a payout batch), its logs at 5 and 6 of its block.
+      const tx = txHash()
+      const paying = (first: number) => [
+        { to: usdc.address, value: usdc.amount, txHash: tx, asset: contracts.get(usdc.id)!, logIndex: first },
+        { to: usdt.address, value: usdt.amount, txHash: tx, asset: contracts.get(usdt.id)!, logIndex: first + 1 }
+      ]
+      yield* h.publish(block("ethereum", n, paying(5)))
+      yield* h.settled("ethereum")
+      expect(yield* row(h, usdc)).toMatchObject({ tx_hash: tx, amount_received: usdc.amount.toString() })
+
+      // Re-mined one block later behind another transaction's log: now at 4 and 5, so the USDT
+      // transfer sits where the USDC one was.
+      yield* h.publish(reorg("ethereum", n, n))
+      yield* h.publish(
+        block("ethereum", n, [], { fork: "b", parentFork: "a" }),
+        block("ethereum", n + 1n, paying(4), { fork: "b" }),
+        block("ethereum", n + 2n, [], { fork: "b" })
+      )
+      yield* h.settled("ethereum")
+      for (const p of [usdc, usdt]) {
+        expect(yield* row(h, p)).toMatchObject({ status: "PAID", tx_hash: tx, amount_received: p.amount.toString(), exception: null })
+      }
+      const live = (yield* transfers(h)).filter((t) => !t.orphaned)
+      expect(live.map((t) => [t.payment_id, t.amount])).toEqual([
+        [usdc.id, usdc.amount.toString()],
+        [usdt.id, usdt.amount.toString()]
+      ])
     }).pipe(Effect.scoped))
 })

@@ -99,6 +99,8 @@ export interface TransferSpec {
   readonly txHash?: string
   /** A token contract: the transfer is that token's Transfer log. Default: native value. */
   readonly asset?: string
+  /** A token transfer's log index in its block (0 unless told). */
+  readonly logIndex?: number
 }
 
 let txCounter = 0
@@ -126,7 +128,8 @@ export const block = (
     value: t.value,
     index,
     asset: t.asset ?? nativeAsset,
-    origin: t.asset === undefined ? "transaction" as const : "log" as const
+    origin: t.asset === undefined ? "transaction" as const : "log" as const,
+    ...(t.logIndex === undefined ? {} : { logIndex: t.logIndex })
   }))
 })
 
