@@ -8,8 +8,9 @@ import { Transfers } from "../Transfers/Transfers.ts"
 
 /** The cursor is the last transfer's id, opaque to clients. */
 const encodeCursor = (id: bigint): string => Buffer.from(`t:${id}`).toString("base64url")
+/** At most 18 digits: below PostgreSQL's largest bigint, so that the statement never fails on it. */
 const decodeCursor = (cursor: string): Option.Option<bigint> => {
-  const match = /^t:([0-9]{1,19})$/.exec(Buffer.from(cursor, "base64url").toString("utf8"))
+  const match = /^t:([0-9]{1,18})$/.exec(Buffer.from(cursor, "base64url").toString("utf8"))
   return match === null ? Option.none() : Option.some(BigInt(match[1]!))
 }
 
