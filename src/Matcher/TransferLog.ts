@@ -76,7 +76,9 @@ export class TransferLog extends Effect.Service<TransferLog>()("confirmd/Transfe
             OR (t.payment_id IS NULL AND p.chain = t.chain AND p.address = t.address AND w.asset = t.asset
                 AND COALESCE(w.start_block, -1) < t.block_number
                 AND t.block_time < p.expires_at + make_interval(secs => ${lateWindow}::double precision)
-                AND (p.status <> 'PAID' OR p.paid_at > t.block_time)))
+                -- Open until the block that made it PAID (its count stops there); by height, as
+                -- the matcher judged it, not by the clock of the moment it did.
+                AND (p.status <> 'PAID' OR t.block_number < p.block_number + p.confirmations)))
           LIMIT 1
         ) v
         LEFT JOIN matcher_cursors c ON c.chain = t.chain

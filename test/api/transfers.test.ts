@@ -95,4 +95,34 @@ describe("GET /transfers", { timeout: 120_000 }, () => {
       expect(anonymous.status).toBe(401)
       expect(anonymous.body.error.code).toBe("unauthorized")
     }).pipe(Effect.scoped))
+
+  it.live("a paid payment shows the unattributed transfers up to the block that made it PAID, not those after", () =>
+    Effect.gen(function*() {
+      const h = yield* makeHarness("embedded")
+      const alice = yield* subscribe(h.app)
+      const bob = yield* subscribe(h.app)
+      const a = yield* pay(h, alice, SHARED, "20")
+      // Two of Bob's payments open on the shared address: an odd amount goes to neither.
+      yield* pay(h, bob, SHARED, "21")
+      const b = yield* pay(h, bob, SHARED, "22")
+      const n = a.n > b.n ? a.n : b.n
+      // Blocks an hour old, as when the matcher catches up after an outage: their times are
+      // all before the moment the payment was made PAID.
+      const past = Math.floor(Date.now() / 1000) - 3600
+      const exact = txHash()
+      const whilePaying = txHash()
+      const afterPaid = txHash()
+      yield* h.publish(
+        block("ethereum", n, [{ to: SHARED, value: a.amount, txHash: exact }], { timestamp: past }),
+        block("ethereum", n + 1n, [{ to: SHARED, value: 777n, txHash: whilePaying }], { timestamp: past + 12 }),
+        block("ethereum", n + 2n, [{ to: SHARED, value: 778n, txHash: afterPaid }], { timestamp: past + 24 })
+      )
+      yield* h.settled("ethereum")
+      const paid = yield* h.app.request("GET", `/payments/${a.id}`, { key: alice })
+      expect(paid.body).toMatchObject({ status: "PAID", tx_hash: exact, confirmations: 2 })
+
+      const hashes = (response: ApiResponse) => response.body.transfers.map((t: { tx_hash: string }) => t.tx_hash)
+      expect(hashes(yield* list(h, alice))).toEqual([whilePaying, exact])
+      expect(hashes(yield* list(h, bob))).toEqual([afterPaid, whilePaying])
+    }).pipe(Effect.scoped))
 })
