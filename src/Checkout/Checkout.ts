@@ -16,6 +16,13 @@ import { traced } from "../Tracing/Methods.ts"
 export type CheckoutState = "waiting" | "underpaid" | "seen" | "paid" | "expired"
 
 /**
+ * Whether the page asks the payer to send anything (QR code, wallet link, copy buttons): only
+ * while nothing paying it has been seen. A seen, paid or expired payment asks for nothing,
+ * so that no page invites a second payment.
+ */
+export const asksForPayment = (state: CheckoutState): boolean => state === "waiting" || state === "underpaid"
+
+/**
  * `amountSmallest` (the wallet URI's amount) is what the payer has to send now: the whole
  * amount, or the remainder once part of it arrived.
  */

@@ -64,18 +64,27 @@ a.wallet{display:block;text-align:center;padding:.7rem;border-radius:8px;backgro
 footer{text-align:center;color:#8c959f;font-size:.8rem;margin-top:1rem}
 `
 
+/** What the page says instead of asking for a payment, once it asks for none (`asksForPayment`). */
+const settledAsks = {
+  seen: "Your payment was seen on the chain: nothing more to send.",
+  paid: "Paid in full: nothing more to send.",
+  expired: "This payment expired: do not send anything to this address."
+} as const
+
 /** Polls the state, runs the countdown and the copy buttons; written without outside code. */
 const script = `(function(){
 document.documentElement.className="js";
 var page=document.getElementById("checkout"),stateEl=document.getElementById("state"),countEl=document.getElementById("countdown"),txEl=document.getElementById("tx");
 var expires=Date.parse(page.getAttribute("data-expires")),statePath=page.getAttribute("data-state-path");
 var labels={waiting:"Waiting for your payment",paid:"Paid. Thank you!",expired:"Expired: do not pay to this address any more"};
-function settled(){["qr","wallet"].forEach(function(id){var e=document.getElementById(id);if(e)e.remove();});
-document.querySelectorAll("button[data-copy]").forEach(function(b){b.remove();});}
-function show(s){if((s.state==="waiting"||s.state==="underpaid")&&s.remainder!==page.getAttribute("data-remainder")){location.reload();return;}
+var asks=${JSON.stringify(settledAsks)};
+function settled(state){["qr","wallet"].forEach(function(id){var e=document.getElementById(id);if(e)e.remove();});
+document.querySelectorAll("button[data-copy]").forEach(function(b){b.remove();});document.getElementById("ask").textContent=asks[state];}
+function show(s){var asking=s.state==="waiting"||s.state==="underpaid";
+if(asking&&(s.remainder!==page.getAttribute("data-remainder")||!document.getElementById("qr"))){location.reload();return;}
 stateEl.setAttribute("data-state",s.state);
 if(s.state!=="underpaid")stateEl.textContent=s.state==="seen"?"Payment seen: "+s.confirmations+" of "+s.confirmations_required+" confirmations":labels[s.state];
-if(s.tx_hash){txEl.textContent="Transaction "+s.tx_hash;}if(final())settled();tick();}
+if(s.tx_hash){txEl.textContent="Transaction "+s.tx_hash;}if(!asking)settled(s.state);tick();}
 function final(){var s=stateEl.getAttribute("data-state");return s==="paid"||s==="expired";}
 function tick(){var left=Math.max(0,Math.floor((expires-Date.now())/1000));
 if(final()&&stateEl.getAttribute("data-state")==="paid"){countEl.textContent="";return;}
@@ -138,7 +147,9 @@ export const checkoutPage = (view: CheckoutView, request: PaymentRequest | null,
   const where = `${escape(view.coin.symbol)} on ${escape(network)}${chainId === null ? "" : ` (chain id ${chainId})`}`
   const ask = view.state === "underpaid"
     ? `Send exactly the rest, this amount of ${where}, in one transfer.`
-    : `Send exactly this amount of ${where}, in one transfer.`
+    : view.state === "waiting"
+    ? `Send exactly this amount of ${where}, in one transfer.`
+    : escape(settledAsks[view.state])
   const received = view.state === "underpaid"
     ? `<p class="received" id="received">Received ${escape(formatSmallest(view.receivedSmallest, view.coin.decimals))} of ${
       escape(formatSmallest(view.totalSmallest, view.coin.decimals))
@@ -147,7 +158,7 @@ export const checkoutPage = (view: CheckoutView, request: PaymentRequest | null,
   const body = `
 <div class="card" id="checkout" data-expires="${expires}" data-state-path="${escape(statePath)}" data-remainder="${view.amountSmallest}">
 <h1>${what} of ${escape(view.usdAmount)} USD</h1>
-<p class="sub">${ask}</p>
+<p class="sub" id="ask">${ask}</p>
 ${received}<p class="amount" id="amount" style="font-size:${amountFontSize(amountText)}">${escape(amountText)}</p>
 <p class="usd">${escape(view.usdAmount)} USD</p>
 <div class="state" id="state" data-state="${view.state}" role="status" aria-live="polite">${escape(stateText(view))}</div>

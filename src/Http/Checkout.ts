@@ -11,7 +11,7 @@
 import { HttpApiBuilder, HttpRouter, HttpServerResponse } from "@effect/platform"
 import { Effect, Layer, Option } from "effect"
 import QRCode from "qrcode"
-import { Checkout, type CheckoutView, liveState } from "../Checkout/Checkout.ts"
+import { asksForPayment, Checkout, type CheckoutView, liveState } from "../Checkout/Checkout.ts"
 import { checkoutPage, notFoundPage, pageHeaders } from "../Checkout/Page.ts"
 import { walletUri } from "../Checkout/WalletUri.ts"
 
@@ -40,8 +40,7 @@ export const CheckoutRoutesLive = HttpApiBuilder.Router.use((router) =>
           onNone: () => Effect.succeed(noSuch(kind)),
           onSome: (found) => {
             const statePath = `${prefix}/${found.id}/state`
-            // A paid or expired payment asks for nothing: no QR code that would invite a second payment.
-            if (found.state === "paid" || found.state === "expired") {
+            if (!asksForPayment(found.state)) {
               return Effect.succeed(html(checkoutPage(found, null, statePath), 200))
             }
             const uri = walletUri(found)

@@ -3,7 +3,7 @@
  * code decodes (jsQR) to the wallet URI with the exact amount, the state moves from waiting
  * over seen to paid while the page stays open, nothing is loaded from anywhere but the
  * service, and an unknown id is a 404 page. An underpaid payment asks for its exact remainder
- * (amount and QR code); a paid one asks for nothing (no QR code, no wallet button); an amount
+ * (amount and QR code); a seen or paid one asks for nothing (no QR code, no wallet button); an amount
  * of 18 decimals stays on one line. A phone-width screenshot is kept in test-artifacts/
  * (git-ignored).
  */
@@ -151,6 +151,14 @@ layer(
       yield* anvil.send(SHOP, BigInt(payment.amount_wei))
       yield* Effect.promise(() => page.waitForSelector("#state[data-state=seen]", { timeout: 30_000 }))
       expect(yield* text(page, "#state")).toBe("Payment seen: 1 of 2 confirmations")
+      // Seen, it asks for nothing more: a second payment would only be an overpayment.
+      for (const reload of [false, true]) {
+        if (reload) yield* Effect.promise(() => page.reload())
+        expect(yield* text(page, "#ask")).toBe("Your payment was seen on the chain: nothing more to send.")
+        expect(yield* Effect.promise(() => page.$("#qr"))).toBeNull()
+        expect(yield* Effect.promise(() => page.$("#wallet"))).toBeNull()
+        expect(yield* Effect.promise(() => page.$$("button[data-copy]"))).toHaveLength(0)
+      }
       yield* anvil.mine(1)
       yield* Effect.promise(() => page.waitForSelector("#state[data-state=paid]", { timeout: 30_000 }))
       expect(yield* text(page, "#state")).toBe("Paid. Thank you!")
@@ -324,6 +332,7 @@ layer(
       for (const reload of [false, true]) {
         if (reload) yield* Effect.promise(() => page.reload())
         expect(yield* text(page, "#state")).toBe("Paid. Thank you!")
+        expect(yield* text(page, "#ask")).toBe("Paid in full: nothing more to send.")
         expect(yield* Effect.promise(() => page.$("#qr"))).toBeNull()
         expect(yield* Effect.promise(() => page.$("#wallet"))).toBeNull()
         expect(yield* Effect.promise(() => page.$$("button[data-copy]"))).toHaveLength(0)
