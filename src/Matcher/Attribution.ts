@@ -149,8 +149,10 @@ export const attribute = (transfers: ReadonlyArray<BlockTransfer>, candidates: C
       const w = byId.get(exact.id)
       if (w !== undefined && exact.live && w.candidate.status === "PENDING" && !isComplete(w)) return { working: w, attribution: "exact" }
     }
-    const topUp = here.find((w) => w.candidate.open && w.received > 0n && !isComplete(w) && remainder(w) === t.amount)
-    if (topUp !== undefined) return { working: topUp, attribution: "remainder" }
+    // Only the one underpaid payment of that remainder: with two (of any accounts), the
+    // transfer could be either payer's, and crediting one by its id would be a guess.
+    const topUps = here.filter((w) => w.candidate.open && w.received > 0n && !isComplete(w) && remainder(w) === t.amount)
+    if (topUps.length === 1) return { working: topUps[0]!, attribution: "remainder" }
     if (candidates.openCount.get(addressKey(t.address, t.asset)) === 1) {
       const sole = here.filter((w) => w.candidate.open)
       if (sole.length === 1) return { working: sole[0]!, attribution: "sole" }
