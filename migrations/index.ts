@@ -37,5 +37,6 @@ export const migrations: ReadonlyArray<MigrationEntry> = [
   { file: "00015_amount_steps", previousReleaseSurvives: true, load: () => import("./00015_amount_steps.ts") },
   { file: "00016_transfer_lookups", previousReleaseSurvives: true, load: () => import("./00016_transfer_lookups.ts") },
   { file: "00017_trace_context", previousReleaseSurvives: true, load: () => import("./00017_trace_context.ts") },
-  { file: "00018_redelivery_limit", previousReleaseSurvives: true, load: () => import("./00018_redelivery_limit.ts") }
+  { file: "00018_redelivery_limit", previousReleaseSurvives: true, load: () => import("./00018_redelivery_limit.ts") },
+  { file: "00019_account_places", previousReleaseSurvives: true, load: () => import("./00019_account_places.ts") }
 ]

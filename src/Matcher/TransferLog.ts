@@ -52,6 +52,9 @@ const Row = Schema.Struct({
 })
 const decodeRows = Schema.decodeUnknown(Schema.Array(Row))
 
+/** Up to this many addresses, an account's transfers are read address by address. */
+const placesReadApart = 32
+
 export class TransferLog extends Effect.Service<TransferLog>()("confirmd/TransferLog", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -59,35 +62,78 @@ export class TransferLog extends Effect.Service<TransferLog>()("confirmd/Transfe
 
     /** A page of the account's transfers, newest first, and whether more follow. */
     const forAccount = (q: TransferLogQuery) => {
+      const account = q.accountId
       const chain = Option.getOrNull(q.chain)
       const address = Option.getOrNull(q.address)
       const paymentId = Option.getOrNull(q.paymentId)
       const before = Option.match(q.before, { onNone: () => null, onSome: (id) => id.toString() })
-      // The viewer's payment that makes the transfer visible; its asset names the token.
-      return sql`
-        SELECT t.id::text AS id, t.chain, t.address, v.asset, t.tx_hash, t.block_number::text AS block_number,
-               t.amount::text AS amount,
-               GREATEST(0, COALESCE(c.number, 0) - t.block_number + 1)::int AS confirmations, t.payment_id
-        FROM transfers t
+      // The viewer's payment that makes transfer `t` visible (its asset names the token): the
+      // one it is attributed to, found by id, or, unattributed, one of the viewer's on its
+      // address, found by the account's index, that was open then or inside the late window.
+      const visible = sql`
         CROSS JOIN LATERAL (
-          SELECT p.asset FROM payments p JOIN watches w ON w.id = p.id
-          WHERE p.account_id = ${q.accountId}::uuid AND (
-            p.id = t.payment_id
-            OR (t.payment_id IS NULL AND p.chain = t.chain AND p.address = t.address AND w.asset = t.asset
-                AND COALESCE(w.start_block, -1) < t.block_number
-                AND t.block_time < p.expires_at + make_interval(secs => ${lateWindow}::double precision)
-                -- Open until the block that made it PAID (its count stops there); by height, as
-                -- the matcher judged it, not by the clock of the moment it did.
-                AND (p.status <> 'PAID' OR t.block_number < p.block_number + p.confirmations)))
+          SELECT p.asset FROM payments p WHERE t.payment_id IS NOT NULL AND p.id = t.payment_id AND p.account_id = ${account}::uuid
+          UNION ALL
+          (SELECT p.asset FROM payments p JOIN watches w ON w.id = p.id
+           WHERE t.payment_id IS NULL AND p.account_id = ${account}::uuid AND p.chain = t.chain AND p.address = t.address
+             AND w.asset = t.asset AND COALESCE(w.start_block, -1) < t.block_number
+             AND t.block_time < p.expires_at + make_interval(secs => ${lateWindow}::double precision)
+             -- Open until the block that made it PAID (its count stops there); by height, as
+             -- the matcher judged it, not by the clock of the moment it did.
+             AND (p.status <> 'PAID' OR t.block_number < p.block_number + p.confirmations)
+           LIMIT 1)
           LIMIT 1
-        ) v
-        LEFT JOIN matcher_cursors c ON c.chain = t.chain
-        WHERE t.orphaned_at IS NULL
-          AND (${chain}::text IS NULL OR t.chain = ${chain})
-          AND (${address}::text IS NULL OR t.address = ${address} OR t.address = lower(${address}))
-          AND (${paymentId}::uuid IS NULL OR t.payment_id = ${paymentId}::uuid)
-          AND (${before}::bigint IS NULL OR t.id < ${before}::bigint)
-        ORDER BY t.id DESC
+        ) v`
+      const page = sql`
+        t.orphaned_at IS NULL
+        AND (${paymentId}::uuid IS NULL OR t.payment_id = ${paymentId}::uuid)
+        AND (${before}::bigint IS NULL OR t.id < ${before}::bigint)`
+      const columns = sql`t.id, t.chain, t.address, v.asset, t.tx_hash, t.block_number, t.amount, t.payment_id`
+      // Every transfer the account may see is to an address it has a payment on. With few such
+      // places (found by skipping through the account's index), each one's newest transfers are
+      // read from their own index, so that an account that can see little does not walk the
+      // whole log; with many, the log is read newest first, where an active account's
+      // transfers are.
+      return sql`
+        WITH RECURSIVE places AS (
+          (SELECT p.chain, p.address FROM payments p WHERE p.account_id = ${account}::uuid
+           ORDER BY p.chain, p.address LIMIT 1)
+          UNION ALL
+          SELECT next.chain, next.address FROM places pl CROSS JOIN LATERAL (
+            SELECT p.chain, p.address FROM payments p
+            WHERE p.account_id = ${account}::uuid AND (p.chain, p.address) > (pl.chain, pl.address)
+            ORDER BY p.chain, p.address LIMIT 1
+          ) next
+        ),
+        chosen AS (
+          SELECT chain, address FROM places pl
+          WHERE (${chain}::text IS NULL OR pl.chain = ${chain})
+            AND (${address}::text IS NULL OR pl.address = ${address} OR pl.address = lower(${address}))
+            AND (${paymentId}::uuid IS NULL OR EXISTS (
+              SELECT 1 FROM payments p WHERE p.id = ${paymentId}::uuid AND p.chain = pl.chain AND p.address = pl.address))
+        ),
+        few AS (SELECT count(*) <= ${placesReadApart} AS yes FROM (SELECT 1 FROM chosen LIMIT ${placesReadApart + 1}) s)
+        SELECT x.id::text AS id, x.chain, x.address, x.asset, x.tx_hash, x.block_number::text AS block_number,
+               x.amount::text AS amount,
+               GREATEST(0, COALESCE(c.number, 0) - x.block_number + 1)::int AS confirmations, x.payment_id
+        FROM (
+          SELECT x.* FROM chosen pl CROSS JOIN LATERAL (
+            SELECT ${columns} FROM transfers t ${visible}
+            WHERE t.chain = pl.chain AND t.address = pl.address AND ${page}
+            ORDER BY t.id DESC
+            LIMIT ${q.limit + 1}
+          ) x
+          WHERE (SELECT yes FROM few)
+          UNION ALL
+          (SELECT ${columns} FROM transfers t ${visible}
+           WHERE NOT (SELECT yes FROM few) AND ${page}
+             AND (${chain}::text IS NULL OR t.chain = ${chain})
+             AND (${address}::text IS NULL OR t.address = ${address} OR t.address = lower(${address}))
+           ORDER BY t.id DESC
+           LIMIT ${q.limit + 1})
+        ) x
+        LEFT JOIN matcher_cursors c ON c.chain = x.chain
+        ORDER BY x.id DESC
         LIMIT ${q.limit + 1}`.pipe(
         Effect.flatMap(decodeRows),
         Effect.orDie,

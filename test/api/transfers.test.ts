@@ -125,4 +125,31 @@ describe("GET /transfers", { timeout: 120_000 }, () => {
       expect(hashes(yield* list(h, alice))).toEqual([whilePaying, exact])
       expect(hashes(yield* list(h, bob))).toEqual([afterPaid, whilePaying])
     }).pipe(Effect.scoped))
+
+  it.live("lists the same for an account with payments on more addresses than are read one by one", () =>
+    Effect.gen(function*() {
+      const h = yield* makeHarness("embedded")
+      const alice = yield* subscribe(h.app)
+      // 40 addresses (above the 32 read address by address), a payment on each.
+      const addresses = Array.from({ length: 40 }, (_, i) => `0x${(i + 1).toString(16).padStart(40, "7")}`)
+      const payments = yield* Effect.forEach(addresses, (address) => pay(h, alice, address, "20"))
+      const n = payments.reduce((max, p) => (p.n > max ? p.n : max), 0n)
+      const paid = [0, 17, 39].map((i) => ({ payment: payments[i]!, tx: txHash() }))
+      yield* h.publish(block("ethereum", n, paid.map(({ payment, tx }, i) => ({
+        to: addresses[[0, 17, 39][i]!]!,
+        value: payment.amount,
+        txHash: tx
+      }))))
+      yield* h.settled("ethereum")
+      const all = yield* list(h, alice)
+      expect(all.body.transfers.map((t: { tx_hash: string; payment_id: string }) => [t.tx_hash, t.payment_id]))
+        .toEqual(paid.map(({ payment, tx }) => [tx, payment.id]).reverse())
+      const firstPage = yield* list(h, alice, "?limit=2")
+      expect(firstPage.body.transfers).toHaveLength(2)
+      const secondPage = yield* list(h, alice, `?limit=2&cursor=${firstPage.body.next_cursor}`)
+      expect([...firstPage.body.transfers, ...secondPage.body.transfers]).toEqual(all.body.transfers)
+      expect(secondPage.body.next_cursor).toBeNull()
+      // Another account sees none of it.
+      expect((yield* list(h, yield* subscribe(h.app))).body.transfers).toEqual([])
+    }).pipe(Effect.scoped))
 })
