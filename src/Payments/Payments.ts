@@ -325,8 +325,10 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
     /** The payment's callback deliveries (one once it is PAID), owner-only like `get`. */
     const deliveries = (accountId: AccountId, paymentId: string) =>
       Effect.gen(function*() {
-        yield* get(accountId, paymentId)
-        const delivery = yield* deliveryLog.find(eventId.paymentPaid(paymentId)).pipe(Effect.orDie)
+        // By the id as stored: the path's may be in upper case, which PostgreSQL's uuid accepts
+        // but the delivery's text id does not.
+        const payment = yield* get(accountId, paymentId)
+        const delivery = yield* deliveryLog.find(eventId.paymentPaid(payment.payment_id)).pipe(Effect.orDie)
         return Option.toArray(Option.map(delivery, toDeliveryOut))
       })
 
@@ -361,7 +363,7 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
             return yield* new RedeliveryTooSoon({ paymentId, intervalSeconds: redeliveryInterval, retryAfterSeconds: wait.value })
           }
         }
-        const delivery = yield* deliveryLog.redeliver(eventId.paymentPaid(paymentId)).pipe(Effect.orDie)
+        const delivery = yield* deliveryLog.redeliver(eventId.paymentPaid(payment.payment_id)).pipe(Effect.orDie)
         return Option.isSome(delivery) ? toDeliveryOut(delivery.value) : yield* noCallback()
       })
 

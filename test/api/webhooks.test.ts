@@ -141,11 +141,13 @@ layer(
       expect(foreignRedeliver.status).toBe(404)
       expect(foreignRedeliver.body.error.code).toBe("not_found")
 
-      const redelivered = yield* app.request("POST", `/payments/${paymentId}/redeliver`, { key: shop.key })
+      // A UUID may be written in upper case: the same payment, its log and its redelivery.
+      const shouted = paymentId.toUpperCase()
+      const redelivered = yield* app.request("POST", `/payments/${shouted}/redeliver`, { key: shop.key })
       expect(redelivered.status).toBe(202)
       expect(redelivered.body.webhook_id).toBe(`payment.paid:${paymentId}`)
       expect(redelivered.body.state).not.toBe("dropped")
-      const delivered = yield* eventually(deliveries(shop.key, paymentId), (r) => r.body[0]?.state === "delivered")
+      const delivered = yield* eventually(deliveries(shop.key, shouted), (r) => r.body[0]?.state === "delivered")
       expect(delivered.body[0].attempts.map((a: Json) => [a.http_status, a.error])).toEqual([
         [500, "receiver answered HTTP 500"],
         [503, "receiver answered HTTP 503"],
