@@ -4,7 +4,7 @@ import { type Chain, createPublicClient, type PublicClient, RpcError, type Trans
 import { arbitrum, avalanche, base, bsc, linea, mainnet, optimism, polygon, zksync } from "viem/chains"
 import type { ChainName } from "../Domain/Chain.ts"
 import { type ChainBlock, ChainUnavailable } from "./Block.ts"
-import { describeRpcError, type EndpointPool, isAnswer } from "./Endpoints.ts"
+import { describeRpcError, type EndpointPool, isAnswer, rateLimit } from "./Endpoints.ts"
 import { type BlockReading, makeBlockReader, NodeRefused, type RpcRequest, type TracesSetting } from "./EvmBlocks.ts"
 import { Quantity } from "./EvmWire.ts"
 
@@ -63,11 +63,13 @@ export const makeEvmClient = (
   // Straight to the endpoints, not through viem's client and transport: the calls of every poll
   // and block, where those layers cost more CPU than the HTTP request itself. A node that
   // answers "no" (a JSON-RPC error, or an HTTP 4xx other than 429 as some providers send for
-  // methods they do not offer) is told apart from one that cannot be reached.
+  // methods they do not offer) is told apart from one that cannot be reached. A rate limit
+  // sent as a JSON-RPC error is not a "no": read as one, a method the node offers would be
+  // taken for one it lacks (traces, and with them internal transfers, given up).
   const request: RpcRequest = (method, params) =>
     endpoints.request(method, params).pipe(
       Effect.mapError((error) =>
-        isAnswer(error) || error instanceof RpcError
+        (isAnswer(error) || error instanceof RpcError) && Option.isNone(rateLimit(error, 0))
           ? new NodeRefused({ method, message: describeRpcError(error) })
           : new ChainUnavailable({ chain, message: `${method}: ${describeRpcError(error)}` })
       ),

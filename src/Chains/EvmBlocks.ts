@@ -5,13 +5,16 @@
  *
  * Receipts come in one call per block (`eth_getBlockReceipts`) or, where the node lacks it,
  * one batched JSON-RPC request of `eth_getTransactionReceipt`s; traces from `trace_block` or
- * `debug_traceBlockByNumber` with the call tracer. How a chain is read is probed once (the
- * first time it is needed), logged once and shown in `/ops/status`.
+ * `debug_traceBlockByHash` with the call tracer: traces of the very block read, never of
+ * another block at its height (a node on another fork, or reorganised between the two calls).
+ * How a chain is read is probed the first time it is needed, logged and shown in
+ * `/ops/status`; in `auto` mode a chain read without traces is probed again every
+ * `reprobeWithoutTraces`, so that traces are used again once an endpoint offers them.
  *
  * `TRACES_<CHAIN>`: `auto` (default) uses traces when the node answers them, `on` requires
  * them (reading fails with a clear message otherwise), `off` never asks.
  */
-import { Config, Data, Effect, Either, Option, ParseResult, Ref, Schema } from "effect"
+import { Clock, Config, Data, Duration, Effect, Either, Option, ParseResult, Ref, Schema } from "effect"
 import type { ChainName } from "../Domain/Chain.ts"
 import { type ChainBlock, ChainUnavailable } from "./Block.ts"
 import {
@@ -40,8 +43,11 @@ export type TracesSetting = typeof TracesSetting.Type
 /** How a chain's blocks are read (shown in `/ops/status`). */
 export interface BlockReading {
   readonly receipts: "eth_getBlockReceipts" | "eth_getTransactionReceipt"
-  readonly traces: "debug_traceBlockByNumber" | "trace_block" | "off"
+  readonly traces: "debug_traceBlockByHash" | "trace_block" | "off"
 }
+
+/** How long a reading without traces stands, in `auto` mode, before the node is asked again. */
+export const reprobeWithoutTraces = Duration.minutes(10)
 
 export const tracesSettingConfig = (chain: ChainName): Config.Config<TracesSetting> => {
   const name = `TRACES_${chain.toUpperCase()}`
@@ -68,7 +74,10 @@ export const makeBlockReader = (options: {
   Effect.gen(function*() {
     const { chain, request, tokens } = options
     const unavailable = (message: string) => new ChainUnavailable({ chain, message })
-    const known = yield* Ref.make(Option.none<BlockReading>())
+    /** The reading in use and when it was probed (epoch ms); none: probe at the next read. */
+    const known = yield* Ref.make(Option.none<{ readonly reading: BlockReading; readonly at: number }>())
+    /** The last probe's traces, to tell a node that stopped offering them. */
+    const lastTraces = yield* Ref.make<BlockReading["traces"] | null>(null)
 
     /**
      * Where the method must be answered, a refusal is the node failing us; the next read probes
@@ -90,6 +99,16 @@ export const makeBlockReader = (options: {
         Effect.catchTag("NodeRefused", () => Effect.succeed(false))
       )
 
+    /** Whether the node traces a block by its hash with the call tracer (asked of its head block). */
+    const answersDebugTraces = (head: string) =>
+      Effect.flatMap(
+        asUnavailable(request("eth_getBlockByNumber", [head, false])),
+        (header) =>
+          typeof header === "object" && header !== null && "hash" in header && typeof header.hash === "string"
+            ? answers("debug_traceBlockByHash", [header.hash, { tracer: "callTracer" }])
+            : Effect.fail(unavailable(`eth_getBlockByNumber ${head}: no block at the node's own head`))
+      )
+
     const probe = Effect.gen(function*() {
       const head = hex(BigInt(String(yield* asUnavailable(request("eth_blockNumber", [])))))
       const receipts = (yield* answers("eth_getBlockReceipts", [head]))
@@ -101,33 +120,49 @@ export const makeBlockReader = (options: {
         ? "off" as const
         : (yield* answers("trace_block", [head]))
         ? "trace_block" as const
-        : (yield* answers("debug_traceBlockByNumber", [head, { tracer: "callTracer" }]))
-        ? "debug_traceBlockByNumber" as const
+        : (yield* answersDebugTraces(head))
+        ? "debug_traceBlockByHash" as const
         : "off" as const
       if (options.traces === "on" && traces === "off") {
         return yield* unavailable(
-          `TRACES_${chain.toUpperCase()}=on, but the node answers neither trace_block nor debug_traceBlockByNumber`
+          `TRACES_${chain.toUpperCase()}=on, but the node answers neither trace_block nor debug_traceBlockByHash`
         )
       }
       const reading: BlockReading = { receipts, traces }
-      yield* Effect.logInfo(
+      const before = yield* Ref.getAndSet(lastTraces, traces)
+      const described =
         `reading blocks with ${receipts === "eth_getBlockReceipts" ? "eth_getBlockReceipts" : "batched eth_getTransactionReceipt"}` +
-          (traces === "off"
-            ? options.traces === "off" ? ", traces off" : ", no traces (the node offers none): internal transfers are not seen"
-            : ` and ${traces} for internal transfers`)
-      ).pipe(Effect.annotateLogs({ chain }))
+        (traces === "off"
+          ? options.traces === "off" ? ", traces off" : ", no traces (the node offers none): internal transfers are not seen"
+          : ` and ${traces} for internal transfers`)
+      // A node that offered traces and no longer does: payments through contracts go unseen.
+      yield* (before !== null && before !== "off" && traces === "off" ? Effect.logWarning(described) : Effect.logInfo(described))
+        .pipe(Effect.annotateLogs({ chain }))
       return reading
     })
 
+    /**
+     * The reading in use at `now`: none before the first probe and after a refusal, nor, in
+     * `auto` mode, once a reading without traces is `reprobeWithoutTraces` old.
+     */
+    const inUse = (now: number) =>
+      Effect.map(Ref.get(known), Option.flatMap((probed) =>
+        options.traces === "auto" && probed.reading.traces === "off" &&
+          now - probed.at >= Duration.toMillis(reprobeWithoutTraces)
+          ? Option.none()
+          : Option.some(probed.reading)
+      ))
+
     const lock = yield* Effect.makeSemaphore(1)
-    const reading: Effect.Effect<BlockReading, ChainUnavailable> = Effect.flatMap(Ref.get(known), Option.match({
-      onSome: Effect.succeed,
-      onNone: () =>
-        lock.withPermits(1)(Effect.flatMap(Ref.get(known), Option.match({
-          onSome: Effect.succeed,
-          onNone: () => Effect.tap(probe, (r) => Ref.set(known, Option.some(r)))
-        })))
-    }))
+    const reading: Effect.Effect<BlockReading, ChainUnavailable> = Effect.flatMap(Clock.currentTimeMillis, (now) =>
+      Effect.flatMap(inUse(now), Option.match({
+        onSome: Effect.succeed,
+        onNone: () =>
+          lock.withPermits(1)(Effect.flatMap(inUse(now), Option.match({
+            onSome: Effect.succeed,
+            onNone: () => Effect.tap(probe, (r) => Ref.set(known, Option.some({ reading: r, at: now })))
+          })))
+      })))
 
     const fetchReceipts = (block: RpcBlock, how: BlockReading["receipts"]) =>
       Effect.gen(function*() {
@@ -159,11 +194,15 @@ export const makeBlockReader = (options: {
             asUnavailable,
             Effect.flatMap(decode(Schema.Array(ParityTrace), "trace_block"))
           )
+          // Asked by height: the traces must be of the block read, not of another at its height.
+          if (traces.some((trace) => trace.blockHash != null && trace.blockHash !== block.hash)) {
+            return yield* unavailable(`trace_block ${block.number}: traces of another block (reorganised meanwhile)`)
+          }
           return internalFromParityTraces(traces)
         }
-        const traces = yield* request("debug_traceBlockByNumber", [block.number, { tracer: "callTracer" }]).pipe(
+        const traces = yield* request("debug_traceBlockByHash", [block.hash, { tracer: "callTracer" }]).pipe(
           asUnavailable,
-          Effect.flatMap(decode(DebugTraces, "debug_traceBlockByNumber"))
+          Effect.flatMap(decode(DebugTraces, "debug_traceBlockByHash"))
         )
         return yield* Either.mapLeft(internalFromDebugTraces(block, traces), unavailable)
       })

@@ -50,7 +50,7 @@ export const internalFromCallFrames = (txHash: string, top: CallFrame): Readonly
 }
 
 /**
- * The internal transfers of `debug_traceBlockByNumber`'s answer for `block`: one call tree
+ * The internal transfers of `debug_traceBlockByHash`'s answer for `block`: one call tree
  * per transaction, in the block's order, each of the transaction it says it is.
  */
 export const internalFromDebugTraces = (
@@ -58,16 +58,16 @@ export const internalFromDebugTraces = (
   traces: DebugTraces
 ): Either.Either<ReadonlyArray<InternalTransfer>, string> => {
   if (traces.length !== block.transactions.length) {
-    return Either.left(`debug_traceBlockByNumber ${block.number}: ${traces.length} traces for ${block.transactions.length} transactions`)
+    return Either.left(`debug_traceBlockByHash ${block.number}: ${traces.length} traces for ${block.transactions.length} transactions`)
   }
   const found: Array<InternalTransfer> = []
   for (const [i, trace] of traces.entries()) {
     const txHash = block.transactions[i]!.hash
     if (trace.txHash !== undefined && trace.txHash !== txHash) {
-      return Either.left(`debug_traceBlockByNumber ${block.number}: traces of another block (reorganised meanwhile)`)
+      return Either.left(`debug_traceBlockByHash ${block.number}: traces of another block (reorganised meanwhile)`)
     }
     if (trace.result === undefined) {
-      return Either.left(`debug_traceBlockByNumber ${block.number}: no trace for ${txHash}: ${trace.error ?? "?"}`)
+      return Either.left(`debug_traceBlockByHash ${block.number}: no trace for ${txHash}: ${trace.error ?? "?"}`)
     }
     found.push(...internalFromCallFrames(txHash, trace.result))
   }

@@ -58,12 +58,12 @@ export const CallFrame: Schema.Schema<CallFrame> = Schema.Struct({
   type: Schema.String,
   from: Schema.optional(Schema.String),
   to: Schema.optional(Schema.NullOr(Schema.String)),
-  value: Schema.optional(Schema.NullOr(Schema.String)),
+  value: Schema.optional(Schema.NullOr(Quantity)),
   error: Schema.optional(Schema.String),
   calls: Schema.optional(Schema.Array(Schema.suspend(() => CallFrame)))
 })
 
-/** `debug_traceBlockByNumber` with the call tracer: one entry per transaction, in block order. */
+/** `debug_traceBlockByHash` with the call tracer: one entry per transaction, in block order. */
 export const DebugTraces = Schema.Array(Schema.Struct({
   txHash: Schema.optional(Schema.String),
   result: Schema.optional(CallFrame),
@@ -78,14 +78,16 @@ export const ParityTrace = Schema.Struct({
     callType: Schema.optional(Schema.String),
     from: Schema.optional(Schema.String),
     to: Schema.optional(Schema.NullOr(Schema.String)),
-    value: Schema.optional(Schema.String),
+    value: Schema.optional(Quantity),
     address: Schema.optional(Schema.String),
     refundAddress: Schema.optional(Schema.String),
-    balance: Schema.optional(Schema.String)
+    balance: Schema.optional(Quantity)
   }),
   result: Schema.optional(Schema.NullOr(Schema.Struct({ address: Schema.optional(Schema.String) }))),
   error: Schema.optional(Schema.String),
   traceAddress: Schema.Array(Schema.Int),
-  transactionHash: Schema.optional(Schema.NullOr(Schema.String))
+  transactionHash: Schema.optional(Schema.NullOr(Schema.String)),
+  /** The block traced: checked against the block read, since `trace_block` is asked by height. */
+  blockHash: Schema.optional(Schema.NullOr(Schema.String))
 })
 export type ParityTrace = typeof ParityTrace.Type

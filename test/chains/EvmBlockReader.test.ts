@@ -2,9 +2,9 @@
 // reading receipts and traces gives the same settled transfers, and answers that do not fit
 // together are refused.
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Exit } from "effect"
+import { Duration, Effect, Exit, TestClock } from "effect"
 import type { ChainBlock } from "../../src/Chains/Block.ts"
-import { makeBlockReader, NodeRefused, type RpcRequest, type TracesSetting } from "../../src/Chains/EvmBlocks.ts"
+import { makeBlockReader, NodeRefused, reprobeWithoutTraces, type RpcRequest, type TracesSetting } from "../../src/Chains/EvmBlocks.ts"
 import { transferTopic } from "../../src/Chains/EvmSettlement.ts"
 
 const usdc = "0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48"
@@ -157,6 +157,9 @@ interface NodeOptions {
   readonly answer?: (method: string, params: ReadonlyArray<unknown>) => unknown
 }
 
+const headNumber = `0x${(height + 5n).toString(16)}`
+const headHash = `0x${"ee".repeat(32)}`
+
 /** A node holding the one block; records the methods asked, in order. */
 const fakeNode = (options: NodeOptions) => {
   const asked: Array<string> = []
@@ -168,19 +171,24 @@ const fakeNode = (options: NodeOptions) => {
       if (replaced !== undefined) return replaced instanceof NodeRefused ? Effect.fail(replaced) : Effect.succeed(replaced)
       switch (method) {
         case "eth_blockNumber":
-          return Effect.succeed(`0x${(height + 5n).toString(16)}`)
+          return Effect.succeed(headNumber)
         case "eth_getBlockByNumber":
-          return Effect.succeed(params[0] === number ? block : null)
+          return Effect.succeed(params[0] === number ? block : params[0] === headNumber ? { ...block, number: headNumber, hash: headHash } : null)
         case "eth_getBlockReceipts":
           return options.blockReceipts ? Effect.succeed(receipts) : refuse(method)
         case "eth_getTransactionReceipt":
           return Effect.succeed(receipts.find((r) => r.transactionHash === params[0]) ?? null)
         case "trace_block":
           return options.traceBlock ? Effect.succeed(parityTraces) : refuse(method)
-        case "debug_traceBlockByNumber":
-          return options.debugTrace
+        case "debug_traceBlockByHash":
+          // Only by hash: the block read's traces, the head's (as the probe asks) of no interest.
+          return !options.debugTrace
+            ? refuse(method)
+            : params[0] === block.hash
             ? Effect.succeed(callFrames.map((result, i) => ({ txHash: block.transactions[i]!.hash, result })))
-            : refuse(method)
+            : params[0] === headHash
+            ? Effect.succeed([])
+            : Effect.fail(new NodeRefused({ method, message: "block not found" }))
         default:
           return refuse(method)
       }
@@ -206,9 +214,9 @@ const failureOf = <A, E extends { readonly message: string }>(exit: Exit.Exit<A,
 describe("reading an EVM block", () => {
   const ways = [
     { blockReceipts: true, traceBlock: true, debugTrace: true, reading: { receipts: "eth_getBlockReceipts", traces: "trace_block" } },
-    { blockReceipts: true, traceBlock: false, debugTrace: true, reading: { receipts: "eth_getBlockReceipts", traces: "debug_traceBlockByNumber" } },
+    { blockReceipts: true, traceBlock: false, debugTrace: true, reading: { receipts: "eth_getBlockReceipts", traces: "debug_traceBlockByHash" } },
     { blockReceipts: false, traceBlock: true, debugTrace: false, reading: { receipts: "eth_getTransactionReceipt", traces: "trace_block" } },
-    { blockReceipts: false, traceBlock: false, debugTrace: true, reading: { receipts: "eth_getTransactionReceipt", traces: "debug_traceBlockByNumber" } }
+    { blockReceipts: false, traceBlock: false, debugTrace: true, reading: { receipts: "eth_getTransactionReceipt", traces: "debug_traceBlockByHash" } }
   ] as const
 
   it.effect.each(ways)("with $reading.receipts and $reading.traces, the block's settled transfers", (way) =>
@@ -235,14 +243,14 @@ describe("reading an EVM block", () => {
       const off = yield* readerOn(full, "off")
       expect(yield* off.block(height)).toEqual(withoutTraces)
       expect(full.asked).not.toContain("trace_block")
-      expect(full.asked).not.toContain("debug_traceBlockByNumber")
+      expect(full.asked).not.toContain("debug_traceBlockByHash")
     }))
 
   it.effect("TRACES on, on a node that offers none, fails with what is missing", () =>
     Effect.gen(function*() {
       const reader = yield* readerOn(fakeNode({ blockReceipts: true, traceBlock: false, debugTrace: false }), "on")
       expect(failureOf(yield* Effect.exit(reader.block(height)))).toBe(
-        "TRACES_ETHEREUM=on, but the node answers neither trace_block nor debug_traceBlockByNumber"
+        "TRACES_ETHEREUM=on, but the node answers neither trace_block nor debug_traceBlockByHash"
       )
     }))
 
@@ -258,24 +266,24 @@ describe("reading an EVM block", () => {
           `block ${height}: no receipt for ${txHash(1)}`
         ],
         [
-          (method) => method === "eth_getBlockByNumber" ? null : undefined,
+          (method, params) => method === "eth_getBlockByNumber" && params[0] === number ? null : undefined,
           `block ${height} not found`
         ],
         [
-          (method) => method === "debug_traceBlockByNumber" ? callFrames.slice(1).map((result) => ({ result })) : undefined,
-          `debug_traceBlockByNumber ${number}: 4 traces for 5 transactions`
+          (method) => method === "debug_traceBlockByHash" ? callFrames.slice(1).map((result) => ({ result })) : undefined,
+          `debug_traceBlockByHash ${number}: 4 traces for 5 transactions`
         ],
         [
           (method) =>
-            method === "debug_traceBlockByNumber" ? callFrames.map((result, i) => ({ txHash: txHash(90 + i), result })) : undefined,
-          `debug_traceBlockByNumber ${number}: traces of another block (reorganised meanwhile)`
+            method === "debug_traceBlockByHash" ? callFrames.map((result, i) => ({ txHash: txHash(90 + i), result })) : undefined,
+          `debug_traceBlockByHash ${number}: traces of another block (reorganised meanwhile)`
         ],
         [
           (method) =>
-            method === "debug_traceBlockByNumber"
+            method === "debug_traceBlockByHash"
               ? callFrames.map((result, i) => i === 2 ? { txHash: txHash(3), error: "tracer timeout" } : { txHash: txHash(i + 1), result })
               : undefined,
-          `debug_traceBlockByNumber ${number}: no trace for ${txHash(3)}: tracer timeout`
+          `debug_traceBlockByHash ${number}: no trace for ${txHash(3)}: tracer timeout`
         ]
       ]
       for (const [answer, message] of cases) {
@@ -289,6 +297,45 @@ describe("reading an EVM block", () => {
         answer: (method) => method === "eth_getBlockReceipts" ? [{ transactionHash: txHash(1) }] : undefined
       }))
       expect(failureOf(yield* Effect.exit(unusable.block(height)))).toMatch(/^eth_getBlockReceipts: unusable answer: /)
+      // trace_block is asked by height: traces naming another block (another fork) are refused.
+      const otherFork = yield* readerOn(fakeNode({
+        blockReceipts: true,
+        traceBlock: true,
+        debugTrace: false,
+        answer: (method) => method === "trace_block" ? parityTraces.map((t) => ({ ...t, blockHash: txHash(77) })) : undefined
+      }))
+      expect(failureOf(yield* Effect.exit(otherFork.block(height)))).toBe(`trace_block ${number}: traces of another block (reorganised meanwhile)`)
+      // A value that is no quantity ("0x") is an unusable answer, not a crash.
+      const empty = yield* readerOn(fakeNode({
+        blockReceipts: true,
+        traceBlock: true,
+        debugTrace: false,
+        answer: (method) => method === "trace_block" ? parityTraces.map((t) => ({ ...t, action: { ...t.action, value: "0x" } })) : undefined
+      }))
+      expect(failureOf(yield* Effect.exit(empty.block(height)))).toMatch(/^trace_block: unusable answer: /)
+    }))
+
+  it.effect("without traces in auto mode, the node is asked again after a while and its traces used once offered", () =>
+    Effect.gen(function*() {
+      let offering = false
+      const node = fakeNode({
+        blockReceipts: true,
+        traceBlock: true,
+        debugTrace: false,
+        answer: (method) => method === "trace_block" && !offering ? new NodeRefused({ method, message: "rate limited" }) : undefined
+      })
+      const reader = yield* readerOn(node)
+      expect(yield* reader.block(height)).toEqual(withoutTraces)
+      offering = true
+      yield* TestClock.adjust(Duration.subtract(reprobeWithoutTraces, Duration.seconds(1)))
+      expect(yield* reader.block(height)).toEqual(withoutTraces)
+      yield* TestClock.adjust(Duration.seconds(1))
+      expect(yield* reader.block(height)).toEqual(withTraces)
+      expect(yield* reader.reading).toEqual({ receipts: "eth_getBlockReceipts", traces: "trace_block" })
+      // Once traces are in use, no more probing.
+      yield* TestClock.adjust(Duration.times(reprobeWithoutTraces, 3))
+      yield* reader.block(height)
+      expect(node.asked.filter((m) => m === "eth_blockNumber")).toHaveLength(2)
     }))
 
   it.effect("a method refused after the probe fails the read and makes the next read probe again", () =>

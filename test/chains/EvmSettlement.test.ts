@@ -142,7 +142,7 @@ describe("the transfers a block settled", () => {
   )
 })
 
-describe("internal transfers from debug_traceBlockByNumber", () => {
+describe("internal transfers from debug_traceBlockByHash", () => {
   const frame = (to: number, value: bigint, calls: ReadonlyArray<CallFrame> = []): CallFrame => ({
     type: "CALL",
     from: address(1, false),
@@ -179,10 +179,10 @@ describe("internal transfers from debug_traceBlockByNumber", () => {
     const expected = fault === "aligned"
       ? Either.right(trees.flatMap((tree, i) => internalFromCallFrames(txHash(i), tree)))
       : fault === "one missing"
-      ? Either.left(`debug_traceBlockByNumber 0x64: ${trees.length - 1} traces for ${trees.length} transactions`)
+      ? Either.left(`debug_traceBlockByHash 0x64: ${trees.length - 1} traces for ${trees.length} transactions`)
       : fault === "other block"
-      ? Either.left("debug_traceBlockByNumber 0x64: traces of another block (reorganised meanwhile)")
-      : Either.left(`debug_traceBlockByNumber 0x64: no trace for ${txHash(last)}: out of gas`)
+      ? Either.left("debug_traceBlockByHash 0x64: traces of another block (reorganised meanwhile)")
+      : Either.left(`debug_traceBlockByHash 0x64: no trace for ${txHash(last)}: out of gas`)
     expect(internalFromDebugTraces(block, answer)).toEqual(expected)
   })
 })

@@ -164,13 +164,13 @@ const gethNode = Layer.unwrapScoped(
 )
 
 layer(gethNode, { excludeTestServices: true })("settled value on a node with the debug call tracer", (it) => {
-  it.scoped("reads internal transfers from debug_traceBlockByNumber: a forwarder pays, a send in a reverted frame does not", () =>
+  it.scoped("reads internal transfers from debug_traceBlockByHash: a forwarder pays, a send in a reverted frame does not", () =>
     Effect.gen(function*() {
       const app = yield* App
       const receiver = yield* WebhookReceiver.make()
       expect(yield* eventually(readingOf(app, "ethereum"), (r) => r !== null && r !== undefined)).toEqual({
         receipts: "eth_getBlockReceipts",
-        traces: "debug_traceBlockByNumber"
+        traces: "debug_traceBlockByHash"
       })
       const forwarder = yield* deploy("Forwarder")
       const [paid, caught] = [freshAddress(), freshAddress()]
@@ -188,7 +188,7 @@ layer(gethNode, { excludeTestServices: true })("settled value on a node with the
 /** A node without eth_getBlockReceipts and without traces, in front of the same anvil. */
 const bareNode = Layer.unwrapScoped(
   Effect.map(
-    startRpcProxy(anvilUrl(), ["eth_getBlockReceipts", "debug_traceBlockByNumber", "trace_block"]),
+    startRpcProxy(anvilUrl(), ["eth_getBlockReceipts", "debug_traceBlockByHash", "trace_block"]),
     (proxy) => App.layer({ ...config, RPC_URL_ETHEREUM: proxy.url, TRACES_BNB: "off" })
   )
 )
@@ -223,7 +223,7 @@ layer(bareNode, { excludeTestServices: true })("settled value on a node without 
 describe("TRACES_<CHAIN>=on", () => {
   it.scoped("fails clearly when the node offers no traces", () =>
     Effect.gen(function*() {
-      const proxy = yield* startRpcProxy(anvilUrl(), ["debug_traceBlockByNumber", "trace_block"])
+      const proxy = yield* startRpcProxy(anvilUrl(), ["debug_traceBlockByHash", "trace_block"])
       // Read while the clients' layer is up: it closes their connections when it goes.
       const error = yield* Effect.flatMap(ChainClients, (clients) => Effect.flip(clients.reading("ethereum"))).pipe(
         Effect.provide(ChainClients.Default),
@@ -235,7 +235,7 @@ describe("TRACES_<CHAIN>=on", () => {
         ])))
       )
       expect(error.message).toBe(
-        "TRACES_ETHEREUM=on, but the node answers neither trace_block nor debug_traceBlockByNumber"
+        "TRACES_ETHEREUM=on, but the node answers neither trace_block nor debug_traceBlockByHash"
       )
     }))
 })
