@@ -2,15 +2,21 @@
  * Callback targets must be public http(s) endpoints: a merchant must not be able to make
  * confirmd POST into its own network. Checked at creation and again at delivery, after DNS
  * resolution (`checkCallbackUrl`), and, unless private networks are allowed, once more at
- * connect time (`publicOnlyLookup`, the callback client's lookup), so a name that re-resolves
+ * connect time (the callback client's lookup, `publicOnlyLookup`), so a name that re-resolves
  * to a private address between the check and the connection is refused too.
+ *
+ * Names are resolved by DNS queries of the service's own (`Resolver`, c-ares, each query bounded
+ * in time), not by the system's getaddrinfo: that runs on a few shared threads, and a merchant
+ * whose nameservers never answer would hold them, and with them every other merchant's
+ * callbacks (and the process's other lookups), until those time out and are dropped.
+ * `localhost` names are loopback without asking (RFC 6761); the hosts file is not read.
+ * `CALLBACK_DNS_SERVERS` (default: the system's, from /etc/resolv.conf) names the servers.
  */
 import { NodeHttpClient } from "@effect/platform-node"
 import { Config, ConfigError, Effect, Layer, Schema } from "effect"
 import ipaddr from "ipaddr.js"
-import { lookup as dnsLookup } from "node:dns"
 import type { LookupAddress, LookupOptions } from "node:dns"
-import { lookup } from "node:dns/promises"
+import { Resolver } from "node:dns/promises"
 import type { LookupFunction } from "node:net"
 
 export class CallbackUrlRejected extends Schema.TaggedError<CallbackUrlRejected>()("CallbackUrlRejected", {
@@ -19,6 +25,44 @@ export class CallbackUrlRejected extends Schema.TaggedError<CallbackUrlRejected>
 }) {}
 
 export const AllowPrivateNetworks = Config.boolean("CALLBACK_ALLOW_PRIVATE_NETWORKS").pipe(Config.withDefault(false))
+
+/** `CALLBACK_DNS_SERVERS`: `host[:port]` list resolving callback hosts; empty (default): the system's. */
+export const CallbackDnsServers = Config.array(Config.string(), "CALLBACK_DNS_SERVERS").pipe(
+  Config.map((servers) => servers.map((server) => server.trim()).filter((server) => server !== "")),
+  Config.withDefault([])
+)
+
+/** One query at most this long, tried twice per server: a silent nameserver costs seconds, not threads. */
+const resolverOptions = { timeout: 2_000, tries: 2 }
+const resolvers = new Map<string, Resolver>()
+
+/** The resolver of `servers` (one per list, kept: each holds a c-ares channel). */
+const resolverFor = (servers: ReadonlyArray<string>): Resolver => {
+  const key = servers.join(",")
+  let resolver = resolvers.get(key)
+  if (resolver === undefined) {
+    resolver = new Resolver(resolverOptions)
+    if (servers.length > 0) resolver.setServers([...servers])
+    resolvers.set(key, resolver)
+  }
+  return resolver
+}
+
+/** Every address of `host`, IPv4 first (none: it does not resolve): a literal as it is, a `localhost` name as loopback, else by DNS. */
+export const resolveCallbackHost = (resolver: Resolver, host: string): Promise<ReadonlyArray<LookupAddress>> => {
+  if (ipaddr.isValid(host)) {
+    const literal = ipaddr.parse(host)
+    return Promise.resolve([{ address: literal.toString(), family: literal.kind() === "ipv6" ? 6 : 4 }])
+  }
+  const name = host.toLowerCase().replace(/\.$/, "")
+  if (name === "localhost" || name.endsWith(".localhost")) {
+    return Promise.resolve([{ address: "127.0.0.1", family: 4 }, { address: "::1", family: 6 }])
+  }
+  return Promise.allSettled([resolver.resolve4(name), resolver.resolve6(name)]).then(([v4, v6]) => [
+    ...(v4.status === "fulfilled" ? v4.value.map((address) => ({ address, family: 4 })) : []),
+    ...(v6.status === "fulfilled" ? v6.value.map((address) => ({ address, family: 6 })) : [])
+  ])
+}
 
 /**
  * Address blocks a callback must not reach (IANA special-purpose registries, RFC 6890 and
@@ -145,12 +189,9 @@ export const checkCallbackUrl = (raw: string) =>
     const url = yield* parseCallbackUrl(raw)
     if (yield* AllowPrivateNetworks) return url
     const host = url.hostname.replace(/^\[(.*)\]$/, "$1")
-    const addresses = ipaddr.isValid(host)
-      ? [host]
-      : yield* Effect.tryPromise({
-        try: () => lookup(host, { all: true, verbatim: true }),
-        catch: () => new CallbackUrlRejected({ url: raw, message: `callback_url host ${host} does not resolve` })
-      }).pipe(Effect.map((records) => records.map((r) => r.address)))
+    const resolver = resolverFor(yield* CallbackDnsServers)
+    const addresses = (yield* Effect.promise(() => resolveCallbackHost(resolver, host))).map((r) => r.address)
+    if (addresses.length === 0) return yield* reject(raw, `callback_url host ${host} does not resolve`)
     const blocked = addresses.map(nonPublicRange).find((reason) => reason !== undefined)
     if (blocked !== undefined) {
       return yield* reject(raw, `callback_url resolves to a non-public address: ${blocked}; private networks are not allowed`)
@@ -166,10 +207,9 @@ export const checkCallbackUrl = (raw: string) =>
 export const checkRequestedCallbackUrl = (raw: string) =>
   checkCallbackUrl(raw).pipe(Effect.catchIf(ConfigError.isConfigError, Effect.die))
 
-/** A `net` lookup that refuses non-public addresses (used when private networks are not allowed). */
-export const publicOnlyLookup: LookupFunction = (hostname, options, callback) =>
-  dnsLookup(hostname, { ...options, all: true }, (error, addresses: Array<LookupAddress>) => {
-    if (error !== null) return callback(error, "")
+/** A `net` lookup through `resolver` that refuses non-public addresses (used when private networks are not allowed). */
+export const publicOnlyLookup = (resolver: Resolver): LookupFunction => (hostname, options, callback) =>
+  void resolveCallbackHost(resolver, hostname).then((addresses) => {
     const blocked = addresses.map((entry) => nonPublicRange(entry.address)).find((reason) => reason !== undefined)
     if (blocked !== undefined) {
       const refused: NodeJS.ErrnoException = new Error(
@@ -179,16 +219,18 @@ export const publicOnlyLookup: LookupFunction = (hostname, options, callback) =>
       return callback(refused, "")
     }
     const first = addresses[0]
-    if ((options as LookupOptions).all === true) return callback(null, addresses)
-    return first === undefined
-      ? callback(Object.assign(new Error(`callback host ${hostname} has no address`), { code: "ENOTFOUND" }), "")
-      : callback(null, first.address, first.family)
+    if (first === undefined) {
+      return callback(Object.assign(new Error(`callback host ${hostname} does not resolve`), { code: "ENOTFOUND" }), "")
+    }
+    return (options as LookupOptions).all === true ? callback(null, [...addresses]) : callback(null, first.address, first.family)
   })
 
 /** The callback HTTP client: node:http, no redirects followed, the connect-time address check unless private networks are allowed. */
 export const CallbackHttpClientLive = Layer.unwrapEffect(
-  Effect.map(AllowPrivateNetworks, (allowPrivate) =>
+  Effect.map(Effect.all([AllowPrivateNetworks, CallbackDnsServers]), ([allowPrivate, servers]) =>
     NodeHttpClient.layerWithoutAgent.pipe(
-      Layer.provide(NodeHttpClient.makeAgentLayer(allowPrivate ? { keepAlive: true } : { keepAlive: true, lookup: publicOnlyLookup }))
+      Layer.provide(NodeHttpClient.makeAgentLayer(
+        allowPrivate ? { keepAlive: true } : { keepAlive: true, lookup: publicOnlyLookup(resolverFor(servers)) }
+      ))
     ))
 )

@@ -7,6 +7,7 @@ import { Duration, Effect, Exit, Schedule, Scope } from "effect"
 import { randomUUID } from "node:crypto"
 import { paymentDelivery, type PaymentCallback, encodePaymentCallback } from "../../src/Outbox/Payloads.ts"
 import { publicOnlyLookup } from "../../src/Webhooks/CallbackUrl.ts"
+import { Resolver } from "node:dns/promises"
 import { retryDelay } from "../../src/Webhooks/WebhookDispatcher.ts"
 import { newWebhookSecret } from "../../src/Webhooks/Signing.ts"
 import { DatabaseTest } from "../support/Database.ts"
@@ -87,7 +88,7 @@ describe("connect-time address check", () => {
   // name that re-resolves to a private address in between is refused here.
   const lookup = (host: string, all: boolean) =>
     Effect.async<{ readonly error: NodeJS.ErrnoException | null; readonly address: unknown }>((resume) =>
-      publicOnlyLookup(host, { all }, (error, address) => resume(Effect.succeed({ error, address })))
+      publicOnlyLookup(new Resolver())(host, { all }, (error, address) => resume(Effect.succeed({ error, address })))
     )
 
   it.live("refuses a name that resolves to loopback, in both lookup forms", () =>
