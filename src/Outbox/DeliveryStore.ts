@@ -58,17 +58,38 @@ export const makeDeliveryStore = (sql: SqlClient.SqlClient) => {
 
   /**
    * Claims up to `limit` due rows, oldest due first, skipping rows another replica holds, and
-   * leases them for `leaseSeconds` (their `next_attempt_at` moved ahead).
+   * leases them for `leaseSeconds` (their `next_attempt_at` moved ahead). No callback host gets
+   * more than `perHost` attempts at once here, counting `inFlight` (host → attempts this
+   * replica has under way): an endpoint that hangs, with many deliveries due, holds only its
+   * share of the slots, not every other merchant's.
    */
-  const claim = (limit: number, leaseSeconds: number) =>
+  const claim = (limit: number, leaseSeconds: number, perHost: number, inFlight: ReadonlyMap<string, number>) =>
     sql`
       UPDATE webhook_deliveries d
       SET next_attempt_at = ${leased(leaseSeconds)}
       FROM (
         SELECT id FROM webhook_deliveries
-        WHERE status = 'pending' AND next_attempt_at <= now()
-        ORDER BY next_attempt_at
-        LIMIT ${limit}
+        WHERE id IN (
+          SELECT ranked.id FROM (
+            SELECT due.id, due.next_attempt_at, due.host,
+                   row_number() OVER (PARTITION BY due.host ORDER BY due.next_attempt_at) AS nth
+            FROM (
+              SELECT id, next_attempt_at, lower(substring(url FROM '^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]+)')) AS host
+              FROM webhook_deliveries
+              WHERE status = 'pending' AND next_attempt_at <= now()
+              ORDER BY next_attempt_at
+              LIMIT ${Math.max(1_000, limit * 50)}
+            ) due
+          ) ranked
+          LEFT JOIN unnest(${[...inFlight.keys()]}::text[], ${[...inFlight.values()]}::int[]) AS busy (host, attempts)
+            ON busy.host = ranked.host
+          WHERE ranked.nth <= ${perHost} - COALESCE(busy.attempts, 0)
+          ORDER BY ranked.next_attempt_at
+          LIMIT ${limit}
+        )
+          -- Checked again on the row as locked: another replica may have leased it since the
+          -- ranking's snapshot (with only the ids here, both would attempt it).
+          AND status = 'pending' AND next_attempt_at <= now()
         FOR UPDATE SKIP LOCKED
       ) due
       WHERE d.id = due.id

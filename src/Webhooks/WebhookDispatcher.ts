@@ -14,6 +14,8 @@
  * quarter of that while the attempt runs, so the deliveries of a replica that died are
  * attempted again by another one within the lease (plus a poll). An outcome is recorded only
  * if `attempts` is still what was claimed, so a stale attempt never overwrites a newer one.
+ * `WEBHOOK_CONCURRENCY` (16) attempts run at once per replica, at most a quarter of them to
+ * one callback host: an endpoint that hangs, with many deliveries due, delays no one else's.
  * Recording an attempt is retried until it succeeds: a callback answered 2xx is not POSTed
  * again because the database connection dropped while its outcome was written.
  *
@@ -189,8 +191,13 @@ const makeDispatcher = Effect.gen(function*() {
   const loop = yield* makePollOrWake
   const wake = loop.wake
   const fibers = yield* FiberSet.make()
-  /** Ids with an attempt running here: never start a second one for the same delivery. */
-  const inFlight = new Set<string>()
+  /**
+   * The attempts running here, delivery id → callback host: never a second one for the same
+   * delivery, and no host past its share.
+   */
+  const inFlight = new Map<string, string>()
+  /** One host's share of the slots: a hanging endpoint holds no more. */
+  const perHost = Math.max(1, Math.ceil(settings.concurrency / 4))
   const leaseSeconds = Duration.toSeconds(settings.lease)
 
   /** While an attempt runs (and its outcome is written), its lease is moved forward every quarter lease. */
@@ -310,10 +317,12 @@ const makeDispatcher = Effect.gen(function*() {
   const fill = Effect.gen(function*() {
     const free = settings.concurrency - inFlight.size
     if (free <= 0) return false
-    const due = yield* outbox.deliveries.claim(free, leaseSeconds)
+    const byHost = new Map<string, number>()
+    for (const host of inFlight.values()) byHost.set(host, (byHost.get(host) ?? 0) + 1)
+    const due = yield* outbox.deliveries.claim(free, leaseSeconds, perHost, byHost)
     for (const delivery of due) {
       if (inFlight.has(delivery.id)) continue
-      inFlight.add(delivery.id)
+      inFlight.set(delivery.id, hostOf(delivery.url))
       yield* FiberSet.run(
         fibers,
         deliver(delivery).pipe(withSpanContinuing("WebhookDispatcher.attempt", delivery.traceparent, {

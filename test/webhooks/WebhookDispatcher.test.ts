@@ -5,6 +5,7 @@ import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
 import { Duration, Effect, Exit, Schedule, Scope } from "effect"
 import { randomUUID } from "node:crypto"
+import { type AddressInfo, createServer, type Socket } from "node:net"
 import { paymentDelivery, type PaymentCallback, encodePaymentCallback } from "../../src/Outbox/Payloads.ts"
 import { publicOnlyLookup } from "../../src/Webhooks/CallbackUrl.ts"
 import { Resolver } from "node:dns/promises"
@@ -32,6 +33,32 @@ const insertDelivery = (url: string, body: PaymentCallback = sampleCallback()) =
       VALUES (${row.id}, ${row.url}, ${sql.json(row.payload)}, ${row.signer})`
     return { ...row, secret }
   }).pipe(Effect.orDie)
+
+/** An endpoint that accepts connections and never answers; how many are open now, and at most. */
+const hangingEndpoint = Effect.acquireRelease(
+  Effect.async<{ readonly url: string; readonly open: () => number; readonly most: () => number; readonly close: () => void }>((resume) => {
+    const sockets = new Set<Socket>()
+    let most = 0
+    const server = createServer((socket) => {
+      sockets.add(socket)
+      most = Math.max(most, sockets.size)
+      socket.on("close", () => sockets.delete(socket))
+    })
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address() as AddressInfo
+      resume(Effect.succeed({
+        url: `http://127.0.0.1:${address.port}/hook`,
+        open: () => sockets.size,
+        most: () => most,
+        close: () => {
+          for (const socket of sockets) socket.destroy()
+          server.close()
+        }
+      }))
+    })
+  }),
+  (endpoint) => Effect.sync(endpoint.close)
+)
 
 interface DeliveryState {
   readonly status: string
@@ -218,6 +245,28 @@ layer(DatabaseTest, { timeout: "120 seconds", excludeTestServices: true })("Webh
         expect(final.last_error).toMatch(/^refused target: .*non-public address/)
       }
       expect(yield* receiver.requests).toHaveLength(0)
+    }).pipe(Effect.scoped))
+
+  it.effect("an endpoint that hangs holds only its share of the slots: another merchant's callback goes out meanwhile", () =>
+    Effect.gen(function*() {
+      const hanging = yield* hangingEndpoint
+      const stuck = yield* Effect.forEach(Array.from({ length: 20 }), () => insertDelivery(hanging.url))
+      // Due after all of them.
+      const receiver = yield* WebhookReceiver.make()
+      const other = yield* insertDelivery(receiver.url)
+      yield* startDispatcher({ CALLBACK_TIMEOUT_SECONDS: "300" })
+      yield* waitForState(other.id, (s) => s.status === "delivered")
+      // None of the hanging endpoint's attempts has ended: the other callback did not wait for a slot.
+      for (const row of stuck) expect((yield* state(row.id))?.attempts).toBe(0)
+      // The hanging endpoint has its share, a quarter of the 16 slots, and no more.
+      yield* Effect.retry(
+        Effect.filterOrFail(Effect.sync(hanging.open), (open) => open === 4, () => new Error("not yet")),
+        Schedule.spaced(Duration.millis(20))
+      )
+      expect(hanging.most()).toBe(4)
+      // Out of the way of the tests after this one (the attempts end with the scope).
+      yield* Effect.flatMap(SqlClient.SqlClient, (sql) =>
+        sql`UPDATE webhook_deliveries SET status = 'dropped', finished_at = now() WHERE url = ${hanging.url}`).pipe(Effect.orDie)
     }).pipe(Effect.scoped))
 
   it.effect("a pending delivery survives a restart mid-backoff; the attempt count goes on", () =>
