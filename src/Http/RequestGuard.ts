@@ -124,9 +124,10 @@ const routesOf = (api: HttpApi.HttpApi.Any): ReadonlyArray<Route> => {
   return routes
 }
 
+/** `segments` as `routedSegments` gives them. */
 const matches = (route: Route, method: string, segments: ReadonlyArray<string>) =>
   route.method === method && route.segments.length === segments.length &&
-  route.segments.every((part, i) => part.startsWith(":") || part === segments[i])
+  route.segments.every((part, i) => part.startsWith(":") || part.toLowerCase() === segments[i])
 
 const decodeSegment = (segment: string): Option.Option<string> => {
   try {
@@ -134,6 +135,18 @@ const decodeSegment = (segment: string): Option.Option<string> => {
   } catch {
     return Option.none()
   }
+}
+
+/**
+ * The path's segments as the router reads them (find-my-way-ts's defaults): an absolute-form
+ * target's origin dropped, repeated slashes merged, a trailing slash dropped, percent-decoded,
+ * in any case. Matched otherwise, `/SIGNUP`, `/signup/` or `/%73ignup` would reach the handler
+ * with no route found here, and so without the body's checks.
+ */
+const routedSegments = (rawPath: string): ReadonlyArray<string> => {
+  const path = (rawPath.startsWith("/") ? rawPath : rawPath.replace(/^[^/]*\/\/[^/]*/, "")).replace(/\/{2,}/g, "/")
+  const trimmed = path.length > 1 && path.endsWith("/") ? path.slice(0, -1) : path
+  return trimmed.split("/").map((segment) => Option.getOrElse(decodeSegment(segment), () => segment).toLowerCase())
 }
 
 /** A JSON body: the platform also reads a body without a media type as JSON. */
@@ -170,7 +183,8 @@ export const makeRequestGuard = (api: HttpApi.HttpApi.Any) => {
       const queryAt = request.url.indexOf("?")
       const rawPath = queryAt === -1 ? request.url : request.url.slice(0, queryAt)
       const segments = rawPath.split("/")
-      const route = routes.find((r) => matches(r, request.method, segments))
+      const routed = routedSegments(rawPath)
+      const route = routes.find((r) => matches(r, request.method, routed))
       const issues: Array<ValidationIssue> = []
 
       segments.forEach((segment, i) => {

@@ -75,6 +75,19 @@ layer(App.layer(), { excludeTestServices: true })("hostile input", (it) => {
       expect(locs(signup)).toEqual([["body", "referrer"]])
     }))
 
+  it.effect("the same checks on every spelling of a path the router accepts", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      for (const path of ["/SIGNUP", "/signup/", "//signup", "/%73ignup"]) {
+        const undeclared = yield* changesNothing(app, app.request("POST", path, { json: { method: "subscribe", plan: "growth", referrer: "x" } }))
+        expectEnvelope(undeclared, 422, "validation_error")
+        expect({ path, locs: locs(undeclared) }).toEqual({ path, locs: [["body", "referrer"]] })
+        const nul = yield* changesNothing(app, app.request("POST", path, { json: { method: "subscribe", plan: "growth", email: "a\u0000@b.example" } }))
+        expectEnvelope(nul, 422, "validation_error")
+        expect({ path, locs: locs(nul) }).toEqual({ path, locs: [["body", "email"]] })
+      }
+    }))
+
   it.effect("framing and sizes: 413 however the body is framed, malformed bodies 422", () =>
     Effect.gen(function*() {
       const app = yield* App
