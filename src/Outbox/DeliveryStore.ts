@@ -15,7 +15,8 @@ const DueRow = Schema.Struct({
   signer: Schema.String,
   attempts: Schema.Number,
   traceparent: Schema.NullOr(Schema.String),
-  waited_seconds: Schema.Number
+  waited_seconds: Schema.Number,
+  host: Schema.String
 })
 const decodeDue = Schema.decodeUnknown(Schema.Array(DueRow))
 
@@ -33,6 +34,8 @@ export interface DueDelivery {
   readonly waitedSeconds: number
   /** The trace context of the write that queued it (null for rows of older code). */
   readonly traceparent: string | null
+  /** The callback URL's `host[:port]` as the claim counts it against the host's share. */
+  readonly host: string
 }
 
 /** How an attempt ended, as recorded: delivered, dropped (it was the last), or failed with a retry due later. */
@@ -49,6 +52,13 @@ export interface AttemptLog {
   readonly httpStatus: number | null
   readonly error: string | null
 }
+
+/**
+ * The `host[:port]` of a callback URL column, in lower case: the one definition of a host
+ * for its share of the attempts (the claim ranks by it and returns it to count them).
+ */
+const callbackHost = (sql: SqlClient.SqlClient, column: string) =>
+  sql.unsafe(`lower(substring(${column} FROM '^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]+)'))`)
 
 export const makeDeliveryStore = (sql: SqlClient.SqlClient) => {
   const leased = (seconds: number) => sql`now() + make_interval(secs => ${seconds}::double precision)`
@@ -74,7 +84,7 @@ export const makeDeliveryStore = (sql: SqlClient.SqlClient) => {
             SELECT due.id, due.next_attempt_at, due.host,
                    row_number() OVER (PARTITION BY due.host ORDER BY due.next_attempt_at) AS nth
             FROM (
-              SELECT id, next_attempt_at, lower(substring(url FROM '^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]+)')) AS host
+              SELECT id, next_attempt_at, ${callbackHost(sql, "url")} AS host
               FROM webhook_deliveries
               WHERE status = 'pending' AND next_attempt_at <= now()
               ORDER BY next_attempt_at
@@ -94,7 +104,8 @@ export const makeDeliveryStore = (sql: SqlClient.SqlClient) => {
       ) due
       WHERE d.id = due.id
       RETURNING d.id, d.url, d.payload::text AS body, d.signer, d.attempts, d.traceparent,
-        extract(epoch FROM clock_timestamp() - d.created_at)::double precision AS waited_seconds`.pipe(
+        extract(epoch FROM clock_timestamp() - d.created_at)::double precision AS waited_seconds,
+        ${callbackHost(sql, "d.url")} AS host`.pipe(
       Effect.flatMap((rows) => Effect.orDie(decodeDue(rows))),
       Effect.map((rows) =>
         rows.map((row): DueDelivery => ({
@@ -104,7 +115,8 @@ export const makeDeliveryStore = (sql: SqlClient.SqlClient) => {
           signer: row.signer,
           attempts: row.attempts,
           waitedSeconds: row.waited_seconds,
-          traceparent: row.traceparent
+          traceparent: row.traceparent,
+          host: row.host
         }))
       )
     )

@@ -322,7 +322,7 @@ const makeDispatcher = Effect.gen(function*() {
     const due = yield* outbox.deliveries.claim(free, leaseSeconds, perHost, byHost)
     for (const delivery of due) {
       if (inFlight.has(delivery.id)) continue
-      inFlight.set(delivery.id, hostOf(delivery.url))
+      inFlight.set(delivery.id, delivery.host)
       yield* FiberSet.run(
         fibers,
         deliver(delivery).pipe(withSpanContinuing("WebhookDispatcher.attempt", delivery.traceparent, {
