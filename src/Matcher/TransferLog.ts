@@ -89,6 +89,10 @@ export class TransferLog extends Effect.Service<TransferLog>()("confirmd/Transfe
         AND (${paymentId}::uuid IS NULL OR t.payment_id = ${paymentId}::uuid)
         AND (${before}::bigint IS NULL OR t.id < ${before}::bigint)`
       const columns = sql`t.id, t.chain, t.address, v.asset, t.tx_hash, t.block_number, t.amount, t.payment_id`
+      /** The `chain` and `address` filters on `relation`'s columns (an address as given or in lower case). */
+      const filtered = (relation: "pl" | "t") => sql`
+        (${chain}::text IS NULL OR ${sql(relation)}.chain = ${chain})
+        AND (${address}::text IS NULL OR ${sql(relation)}.address = ${address} OR ${sql(relation)}.address = lower(${address}))`
       // Every transfer the account may see is to an address it has a payment on. With few such
       // places (found by skipping through the account's index), each one's newest transfers are
       // read from their own index, so that an account that can see little does not walk the
@@ -107,8 +111,7 @@ export class TransferLog extends Effect.Service<TransferLog>()("confirmd/Transfe
         ),
         chosen AS (
           SELECT chain, address FROM places pl
-          WHERE (${chain}::text IS NULL OR pl.chain = ${chain})
-            AND (${address}::text IS NULL OR pl.address = ${address} OR pl.address = lower(${address}))
+          WHERE ${filtered("pl")}
             AND (${paymentId}::uuid IS NULL OR EXISTS (
               SELECT 1 FROM payments p WHERE p.id = ${paymentId}::uuid AND p.chain = pl.chain AND p.address = pl.address))
         ),
@@ -126,9 +129,7 @@ export class TransferLog extends Effect.Service<TransferLog>()("confirmd/Transfe
           WHERE (SELECT yes FROM few)
           UNION ALL
           (SELECT ${columns} FROM transfers t ${visible}
-           WHERE NOT (SELECT yes FROM few) AND ${page}
-             AND (${chain}::text IS NULL OR t.chain = ${chain})
-             AND (${address}::text IS NULL OR t.address = ${address} OR t.address = lower(${address}))
+           WHERE NOT (SELECT yes FROM few) AND ${page} AND ${filtered("t")}
            ORDER BY t.id DESC
            LIMIT ${q.limit + 1})
         ) x
