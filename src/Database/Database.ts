@@ -7,6 +7,12 @@
  * default): PostgreSQL then parses and plans POST /payments' statement once instead of on every
  * request, which halves the database's CPU for it. Off for a pooler that cannot keep prepared
  * statements (PgBouncer in transaction mode before 1.21).
+ *
+ * Every statement on `DATABASE_URL` ends within `DATABASE_STATEMENT_TIMEOUT_MS` (default 30 s):
+ * one that waits on a row another session never lets go of (a forgotten transaction in psql)
+ * would otherwise hold its loop for good with nothing failing; cancelled, it fails, and the
+ * loop's supervisor logs it, counts it and starts the loop again. Migrations lift it for their
+ * own transaction (Migrations.ts).
  */
 import { SqlError } from "@effect/sql/SqlError"
 import { PgClient } from "@effect/sql-pg"
@@ -60,6 +66,12 @@ const preparingStatements = () => {
 const applicationName = Effect.map(replicaIdConfig, (id) => `confirmd ${id}`.slice(0, 63))
 const connectTimeout = Duration.seconds(10)
 
+/** Milliseconds, sent as the sessions' `statement_timeout`; 0 sends none (PostgreSQL's default, no limit). */
+const statementTimeout = Config.integer("DATABASE_STATEMENT_TIMEOUT_MS").pipe(
+  Config.validate({ message: "DATABASE_STATEMENT_TIMEOUT_MS must be at least 0", validation: (n) => n >= 0 }),
+  Config.withDefault(30_000)
+)
+
 /** A `pg` pool for the scope, checked by one query, as sql-pg's own layer makes it. */
 const pool = (config: pg.PoolConfig & { readonly application_name: string }, prepare: boolean) =>
   Effect.acquireRelease(
@@ -106,9 +118,15 @@ const clientLayer = Layer.unwrapScoped(
     const application_name = yield* applicationName
     if (Option.isSome(url)) {
       const maxConnections = yield* Config.integer("DATABASE_POOL_SIZE").pipe(Config.withDefault(10))
+      const timeout = yield* statementTimeout
       return PgClient.layerFromPool({
         applicationName: application_name,
-        acquire: pool({ connectionString: Redacted.value(url.value), max: maxConnections, application_name }, prepare)
+        acquire: pool({
+          connectionString: Redacted.value(url.value),
+          max: maxConnections,
+          application_name,
+          ...(timeout > 0 ? { statement_timeout: timeout } : {})
+        }, prepare)
       })
     }
     const dataDir = yield* Config.string("DATA_DIR").pipe(Config.withDefault("./data"))

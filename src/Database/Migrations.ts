@@ -70,13 +70,16 @@ const MIGRATION_LOCK = 0x636f6e66 // "conf"
 /**
  * One replica at a time applies migrations: the others wait here (seconds: only while one
  * applies, never while it waits for older replicas) and then find them applied. The lock is
- * the first statement of the transaction that applies them, on the same connection, so a pool
+ * taken at the start of the transaction that applies them, on the same connection, so a pool
  * of one connection works too. The embedded database has one process and one connection, so
  * no lock there.
  */
 const oneAtATime = <A, E, R>(embedded: boolean, migrate: Effect.Effect<A, E, R>) =>
   embedded ? migrate : Effect.flatMap(SqlClient.SqlClient, (sql) =>
     sql.withTransaction(Effect.all([
+      // Waiting for another replica's migrations, and building an index on a large table, may
+      // rightly take longer than any request (DATABASE_STATEMENT_TIMEOUT_MS).
+      sql`SET LOCAL statement_timeout = 0`,
       sql`SELECT pg_advisory_xact_lock(${MIGRATION_LOCK})`,
       // As the migrator makes it: its own check for the table would fail, and so abort, this transaction.
       sql`CREATE TABLE IF NOT EXISTS confirmd_migrations (

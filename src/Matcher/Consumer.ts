@@ -24,7 +24,7 @@
  * skipped: a message that cannot be applied holds the matcher back (loudly) rather than
  * being lost.
  */
-import { Chunk, Config, Effect, GroupBy, Layer, Sink, Stream } from "effect"
+import { Chunk, Config, Data, Effect, GroupBy, Layer, Sink, Stream } from "effect"
 import { enabledChainsConfig } from "../Chains/ChainClients.ts"
 import { EventLog } from "../EventLog/EventLog.ts"
 import { assembleBlocks, type BlockEvent, blocksTopic } from "../Ingest/BlockMessage.ts"
@@ -56,6 +56,18 @@ export const runsAtReorgs = <A extends { readonly message: { readonly type: stri
     else runs[last] = Chunk.append(runs[last]!, event)
   }
   return runs
+}
+
+/** A run of block messages whose transaction or offset commit failed; `cause` says why. */
+export class BlocksNotApplied extends Data.TaggedError("BlocksNotApplied")<{
+  readonly chain: string
+  readonly blocks: string
+  readonly offset: string
+  readonly cause: unknown
+}> {
+  override get message() {
+    return `${this.chain} block ${this.blocks} (offset ${this.offset}) not applied`
+  }
 }
 
 /** One line per committed state change, carrying the id of what changed. */
@@ -92,19 +104,18 @@ export const makeMatcherLoop = Effect.gen(function*() {
     const first = Chunk.headNonEmpty(events)
     const last = Chunk.lastNonEmpty(events)
     const traceparents = Chunk.toReadonlyArray(Chunk.map(events, (event) => event.source.headers[traceparentHeader]))
+    const blocks = events.length === 1 ? heightOf(first) : `${heightOf(first)}..${heightOf(last)}`
     return matcher.applyAll(Chunk.toReadonlyArray(Chunk.map(events, (event) => event.message)), traceparents).pipe(
       // The transaction has committed: only now may the offset move past the messages.
       Effect.zipLeft(outbox.committed),
       Effect.zipLeft(last.source.commit),
       Effect.tap((outcomes) => Effect.zipRight(progress, Effect.forEach(outcomes, matcher.record))),
       Effect.tap((outcomes) => Effect.forEach(outcomes, logChanges, { discard: true })),
-      // Which blocks failed; the cause itself is logged once, by the supervisor.
-      Effect.tapErrorCause(() => Effect.logWarning("applying block messages failed")),
-      Effect.annotateLogs({
-        chain: first.message.chain,
-        block: events.length === 1 ? heightOf(first) : `${heightOf(first)}..${heightOf(last)}`,
-        offset: last.source.offset.toString()
-      }),
+      // Which blocks failed goes with the failure, which the supervisor logs once per streak.
+      Effect.mapError((cause) =>
+        new BlocksNotApplied({ chain: first.message.chain, blocks, offset: last.source.offset.toString(), cause })
+      ),
+      Effect.annotateLogs({ chain: first.message.chain, block: blocks, offset: last.source.offset.toString() }),
       // In the trace of the message whose commit ends it; the others' traces are linked.
       withSpanContinuing("Matcher.applyBatch", last.source.headers[traceparentHeader], {
         kind: "consumer",
