@@ -157,14 +157,15 @@ export const readBlock = (
       SELECT p.id FROM (SELECT DISTINCT address FROM a) a
       JOIN payments p ON p.chain = ${block.chain} AND p.address = a.address AND p.status = 'PENDING' AND p.exception = 'underpaid'
     ),
-    -- Watches past their expiry that the sweeper has not closed yet: few, found by expiry.
+    -- Payments past their expiry that the sweeper has not moved to EXPIRED yet: few, found by
+    -- expiry (their watches, held through the late window, are not).
     late_open AS MATERIALIZED (
-      SELECT w.id, w.address, w.asset FROM watches w
-      WHERE w.open AND w.expires_at <= ${bt} AND w.expires_at > ${lateFrom}
-        AND w.chain = ${block.chain} AND w.kind = 'payment' AND COALESCE(w.start_block, -1) < ${n}::bigint
-        AND (w.address, w.asset) IN (SELECT address, asset FROM a)
+      SELECT p.id, p.address, w.asset FROM payments p JOIN watches w ON w.id = p.id
+      WHERE p.status = 'PENDING' AND p.expires_at <= ${bt} AND p.expires_at > ${lateFrom}
+        AND p.chain = ${block.chain} AND w.open AND COALESCE(w.start_block, -1) < ${n}::bigint
+        AND (p.address, w.asset) IN (SELECT address, asset FROM a)
     ),
-    -- Expired payments' watches are closed: every address of the block is looked at.
+    -- Expired payments, whose watches may be closed already: every address of the block is looked at.
     late_expired AS (
       SELECT p.id, a.address, a.asset, p.amount_smallest - p.amount_received AS remainder
       FROM (SELECT DISTINCT address, asset FROM t) a

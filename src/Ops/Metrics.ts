@@ -298,7 +298,7 @@ export const snapshotFamilies = (snapshot: Snapshot): ReadonlyArray<Family> => {
     ),
     gauge(
       "confirmd_open_watches",
-      "Open watches (payments, signup intents, challenges) by chain and kind",
+      "Open watches, each holding its amount on its address (payments, signup intents, challenges; expired payments through the late window) by chain and kind",
       snapshot.openWatches.map((w) => ({ labels: { chain: w.chain, kind: w.kind }, value: w.count }))
     ),
     gauge(

@@ -1,13 +1,17 @@
 /**
  * Moves PENDING payments, signup intents and challenges past their expiry to EXPIRED and closes
- * their watches, so a late transfer no longer matches. Reads already show EXPIRED before this
- * runs (see `effectiveStatus`); the sweeper makes it durable and frees the amounts. Expiry is
+ * their watches, freeing their amounts. Reads already show EXPIRED before this runs (see
+ * `effectiveStatus`); the sweeper makes it durable. A payment's watch is closed only once the
+ * late window (`LATE_PAYMENT_WINDOW_SECONDS`) has passed too: until then a transfer of its
+ * amount is its payer's, paid late, and no newer payment on the address is given that amount. Expiry is
  * judged by block time, as the matcher does: a watch is only closed once its chain's matcher
  * has passed the expiry (a chain nobody matches has no cursor and closes by the clock); the
  * matcher's cursors are asked of the matcher (`MatcherCursors`), not read from its table.
  */
 import { SqlClient } from "@effect/sql"
+import type { Fragment } from "@effect/sql/Statement"
 import { Config, Duration, Effect, Layer, Schedule, Schema } from "effect"
+import { LatePaymentWindowSeconds } from "../Matcher/Apply.ts"
 import { MatcherCursors } from "../Matcher/Cursors.ts"
 import { Supervisor } from "../Supervision/Supervisor.ts"
 
@@ -20,26 +24,34 @@ const SweptRows = Schema.Array(Schema.Struct({
 export const sweepExpired = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   const matcher = yield* MatcherCursors
+  const lateWindow = yield* LatePaymentWindowSeconds
   return yield* Effect.gen(function*() {
     const cursors = yield* matcher.all
+    // Whether the matcher of the row's chain has applied a block from `at` on (a chain nobody
+    // matches: by the clock alone).
+    const matchedPast = (chain: Fragment, at: Fragment) => sql`NOT EXISTS (
+      SELECT 1 FROM unnest(${cursors.map((c) => c.chain)}::text[], ${cursors.map((c) => c.blockTime)}::timestamptz[])
+        AS c (chain, block_time)
+      WHERE c.chain = ${chain} AND (c.block_time IS NULL OR c.block_time < ${at}))`
+    const late = sql`make_interval(secs => ${lateWindow}::double precision)`
     const rows = yield* sql`
-      WITH closed AS (
-        UPDATE watches w SET open = false
-        WHERE open AND expires_at <= now()
-          AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = w.id AND p.tx_hash IS NOT NULL)
+      WITH payments_expired AS (
+        UPDATE payments p SET status = 'EXPIRED'
+        WHERE p.status = 'PENDING' AND p.expires_at <= now() AND p.tx_hash IS NULL
           -- A transfer mined before expiry still pays: wait until the matcher has applied a
           -- block of that chain from after the expiry.
-          AND NOT EXISTS (
-            SELECT 1 FROM unnest(${cursors.map((c) => c.chain)}::text[], ${cursors.map((c) => c.blockTime)}::timestamptz[])
-              AS c (chain, block_time)
-            WHERE c.chain = w.chain AND (c.block_time IS NULL OR c.block_time < w.expires_at)
-          )
-        RETURNING id, kind
-      ),
-      payments_expired AS (
-        UPDATE payments SET status = 'EXPIRED'
-        WHERE id IN (SELECT id FROM closed WHERE kind = 'payment') AND status = 'PENDING' AND tx_hash IS NULL
+          AND ${matchedPast(sql`p.chain`, sql`p.expires_at`)}
         RETURNING id
+      ),
+      -- A payment's watch holds its amount through the late window: a late payer's transfer
+      -- must not complete a newer payment given the same amount on the address.
+      closed AS (
+        UPDATE watches w SET open = false
+        WHERE open AND expires_at <= now()
+          AND (w.kind <> 'payment' OR w.expires_at + ${late} <= now())
+          AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = w.id AND p.tx_hash IS NOT NULL)
+          AND ${matchedPast(sql`w.chain`, sql`w.expires_at + CASE WHEN w.kind = 'payment' THEN ${late} ELSE interval '0' END`)}
+        RETURNING id, kind
       ),
       intents_expired AS (
         UPDATE signup_intents SET status = 'EXPIRED'

@@ -8,6 +8,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { address as btcAddress } from "bitcoinjs-lib"
 import { Effect } from "effect"
 import { randomBytes } from "node:crypto"
+import pg from "pg"
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts"
 import { formatSmallest } from "../../src/Domain/Money.ts"
 import { anvil, bitcoin } from "../support/Chains.ts"
@@ -198,7 +199,7 @@ describe("every cent accounted for, on anvil and bitcoin regtest", () => {
       expect(yield* receiver.requests).toEqual([])
     }), { timeout: 120_000 })
 
-  it.scopedLive("paid late: a transfer mined after expiry, inside the late window, leaves it EXPIRED with paid_late and no callback", () =>
+  it.scopedLive("paid late: a transfer mined after expiry, inside the late window, leaves it EXPIRED with paid_late and no callback; its amount is not given to a newer payment meanwhile", () =>
     Effect.gen(function*() {
       const app = yield* makeTestApp({ ...base, PAYMENT_TTL: "3" })
       const receiver = yield* WebhookReceiver.make()
@@ -209,11 +210,30 @@ describe("every cent accounted for, on anvil and bitcoin regtest", () => {
 
       yield* eventually(statusOf(app, key, payment.payment_id), (s) => s.status === "EXPIRED")
       // Block times are whole seconds and the shared chain's clock may run ahead of or behind this
-      // one (other suites move it): mine the transfer in a block stamped past the expiry.
+      // one (other suites move it): mine blocks stamped past the expiry.
       yield* eventually(Effect.sync(() => Date.now()), (now) => now >= expiresAt + 1_000, 30)
-      const latest = (yield* anvil.rpc("eth_getBlockByNumber", ["latest", false])) as { timestamp: string }
-      const stamp = Math.max(Number(BigInt(latest.timestamp)) + 1, Math.ceil(expiresAt / 1000) + 1)
-      yield* anvil.rpc("evm_setNextBlockTimestamp", [stamp])
+      const pastExpiry = Effect.gen(function*() {
+        const latest = (yield* anvil.rpc("eth_getBlockByNumber", ["latest", false])) as { timestamp: string }
+        yield* anvil.rpc("evm_setNextBlockTimestamp", [Math.max(Number(BigInt(latest.timestamp)) + 1, Math.ceil(expiresAt / 1000) + 1)])
+      })
+      // Once the matcher is past the expiry, the sweeper makes it durable (and, before, freed the
+      // amount); the same price asked again on the same, only, address is then one step higher.
+      yield* pastExpiry
+      yield* anvil.mine(1)
+      const database = new pg.Client({ connectionString: app.databaseUrl })
+      yield* Effect.acquireRelease(Effect.promise(() => database.connect()), () => Effect.promise(() => database.end()))
+      yield* eventually(
+        Effect.promise(() => database.query("SELECT status FROM payments WHERE id = $1", [payment.payment_id])),
+        (result) => result.rows[0]?.status === "EXPIRED"
+      )
+      // Two, so that neither is the only open payment there (which a transfer of any amount pays).
+      const newer = [yield* createPayment(app, key, receiver), yield* createPayment(app, key, receiver)]
+      for (const later of newer) {
+        expect(later.address).toBe(shop)
+        expect(BigInt(later.amount_wei)).toBeGreaterThan(BigInt(payment.amount_wei))
+      }
+
+      yield* pastExpiry
       const hash = yield* anvil.send(shop, BigInt(payment.amount_wei))
       const receipt = yield* anvil.receipt(hash)
       const mined = (yield* anvil.rpc("eth_getBlockByHash", [receipt.blockHash, false])) as { timestamp: string }
@@ -233,6 +253,9 @@ describe("every cent accounted for, on anvil and bitcoin regtest", () => {
       yield* eventually(transfersOf(app, key), (ts) => ts[0]!.confirmations >= 3)
       expect(yield* statusOf(app, key, payment.payment_id)).toMatchObject({ status: "EXPIRED", exception: "paid_late" })
       expect(yield* deliveriesOf(app, key, payment.payment_id)).toEqual([])
+      for (const later of newer) {
+        expect(yield* statusOf(app, key, later.payment_id)).toMatchObject({ exception: null, amount_received_wei: "0" })
+      }
       expect(yield* receiver.requests).toEqual([])
     }), { timeout: 120_000 })
 
