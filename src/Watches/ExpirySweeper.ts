@@ -3,7 +3,9 @@
  * their watches, freeing their amounts. Reads already show EXPIRED before this runs (see
  * `effectiveStatus`); the sweeper makes it durable. A payment's watch is closed only once the
  * late window (`LATE_PAYMENT_WINDOW_SECONDS`) has passed too: until then a transfer of its
- * amount is its payer's, paid late, and no newer payment on the address is given that amount. Expiry is
+ * amount is its payer's, paid late, and no newer payment on the address is given that amount.
+ * A payment whose transfer was detected in time, then orphaned by a reorg, stays PENDING through
+ * that window, so the transfer mined again pays it. Expiry is
  * judged by block time, as the matcher does: a watch is only closed once its chain's matcher
  * has passed the expiry (a chain nobody matches has no cursor and closes by the clock); the
  * matcher's cursors are asked of the matcher (`MatcherCursors`), not read from its table.
@@ -41,6 +43,9 @@ export const sweepExpired = Effect.gen(function*() {
           -- A transfer mined before expiry still pays: wait until the matcher has applied a
           -- block of that chain from after the expiry.
           AND ${matchedPast(sql`p.chain`, sql`p.expires_at`)}
+          -- A transfer detected in time that a reorg took away may be mined again: its payer
+          -- paid in time, so the payment waits for it through the late window.
+          AND (p.expires_at + ${late} <= now() OR NOT EXISTS (SELECT 1 FROM detections d WHERE d.watch_id = p.id))
         RETURNING id
       ),
       -- A payment's watch holds its amount through the late window: a late payer's transfer

@@ -341,6 +341,30 @@ for (const kind of logKinds) {
         expect(yield* status(h, w)).toMatchObject({ status: "PAID", confirmations: 2 })
       }).pipe(Effect.scoped))
 
+    it.live("a payment whose transfer a reorg took away past its expiry is not expired by the sweeper: the re-mined transfer pays it", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(kind)
+        const w = yield* createPayment(h)
+        const n = above(w.startBlock)
+        yield* h.sql`UPDATE payments SET expires_at = now() - interval '1 second' WHERE id = ${w.id}`.pipe(Effect.orDie)
+        yield* h.sql`UPDATE watches SET expires_at = now() - interval '1 second' WHERE id = ${w.id}`.pipe(Effect.orDie)
+        const [row] = yield* h.sql<{ expires: number }>`
+          SELECT extract(epoch FROM expires_at)::float8 AS expires FROM payments WHERE id = ${w.id}`.pipe(Effect.orDie)
+        const expires = Math.floor(row!.expires)
+        const tx = txHash()
+        // Paid in time; then the fork replaces that block with one mined after the expiry.
+        yield* h.publish(block("ethereum", n, [{ to: w.address, value: w.amount, txHash: tx }], { timestamp: expires - 10 }))
+        yield* h.publish(reorg("ethereum", n, n), block("ethereum", n, [], { fork: "b", parentFork: "a", timestamp: expires + 1 }))
+        yield* h.settled("ethereum")
+        expect(yield* status(h, w)).toMatchObject({ tx_hash: null, confirmations: 0 })
+        yield* sweepExpired.pipe(Effect.provide(MatcherCursors.Default), Effect.provideService(SqlClient.SqlClient, h.sql), Effect.orDie)
+        // The same transaction mined again: the payer paid in time.
+        yield* h.publish(block("ethereum", n + 1n, [{ to: w.address, value: w.amount, txHash: tx }], { fork: "b", timestamp: expires + 2 }))
+        yield* h.publish(block("ethereum", n + 2n, [], { fork: "b", timestamp: expires + 3 }))
+        yield* h.settled("ethereum")
+        expect(yield* status(h, w)).toMatchObject({ status: "PAID", tx_hash: tx, confirmations: 2, exception: null })
+      }).pipe(Effect.scoped))
+
     it.live("confirms a signup intent on the first mined match and activates the account", () =>
       Effect.gen(function*() {
         const h = yield* makeHarness(kind)
