@@ -8,6 +8,9 @@
  *
  * Idempotent, because every message is delivered at least once:
  * - a block at or below the cursor height was applied already and is skipped;
+ * - so is a block the last applied reorg record orphaned, delivered again after it (a second
+ *   reader of the partition, a consumer that lost it mid-batch): it extends the common ancestor
+ *   as the new chain's block does, and applying it would skip that one;
  * - a reorg record identical to the last one applied is skipped (`last_reorg`);
  * - state moves are guarded by the current state, outbox rows collide on their event id.
  *
@@ -153,6 +156,11 @@ export const makeApply = Effect.gen(function*() {
         }
         return skipped(block.chain, "block", block.number, block.transfers.length)
       }
+      if (read.orphanedCopy) {
+        yield* Effect.logWarning("block orphaned by the last reorg delivered again; skipped")
+          .pipe(Effect.annotateLogs({ blockHash: block.hash }))
+        return skipped(block.chain, "block", block.number, block.transfers.length)
+      }
       if (block.number === cursorNumber + 1n && cursor.hash !== null && cursor.hash !== block.parentHash) {
         yield* Effect.logWarning("block does not extend the applied chain and no reorg record came first")
           .pipe(Effect.annotateLogs({ cursorHash: cursor.hash, parentHash: block.parentHash }))
@@ -214,7 +222,7 @@ export const makeApply = Effect.gen(function*() {
         return skipped(record.chain, "reorg", record.fromNumber, 0)
       }
       yield* orphanTransfers(sql, record.chain, record.fromNumber)
-      const orphaned = yield* orphanDetections(sql, record.chain, record.fromNumber, key)
+      const orphaned = yield* orphanDetections(sql, record.chain, record.fromNumber, key, record.orphaned.map((b) => b.hash))
       const ancestor: BlockRef | null = record.commonAncestor
       const occurredAt = new Date(yield* Clock.currentTimeMillis)
       // Counting down from a lower head pays nothing new; the deliveries would be written as after a block.

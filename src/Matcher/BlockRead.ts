@@ -46,7 +46,7 @@ const CursorJson = Schema.Struct({
 
 const decodeCursor = Schema.decodeUnknown(Schema.Tuple(Schema.Struct({ cursor: CursorJson })))
 const decodeBlockRead = Schema.decodeUnknown(Schema.Tuple(Schema.Struct({
-  read: Schema.Struct({ cursor: CursorJson, current: Schema.Boolean, candidates: CandidatesJson })
+  read: Schema.Struct({ cursor: CursorJson, orphaned_copy: Schema.Boolean, current: Schema.Boolean, candidates: CandidatesJson })
 })))
 
 export interface BlockContext {
@@ -66,6 +66,8 @@ export interface LockedCursor {
 
 export interface BlockRead {
   readonly cursor: LockedCursor
+  /** The block is one the last applied reorg record orphaned. */
+  readonly orphanedCopy: boolean
   /**
    * False when another matcher transaction committed between this statement's snapshot and its
    * lock on the cursor: the candidates may predate that transaction's writes, and the read must
@@ -120,7 +122,9 @@ export const readBlock = (
     WITH locked AS (
       INSERT INTO matcher_cursors (chain, number, hash) VALUES (${block.chain}, -1, NULL)
       ON CONFLICT (chain) DO UPDATE SET chain = EXCLUDED.chain
-      RETURNING number, hash, last_reorg, finalized, updated_at, xmax = 0 AS inserted
+      RETURNING number, hash, last_reorg, finalized, updated_at, xmax = 0 AS inserted,
+        COALESCE(last_reorg_orphaned->>'key' = last_reorg AND last_reorg_orphaned->'hashes' ? ${block.hash}, false)
+          AS orphaned_copy
     ),
     t AS (
       SELECT t.tx_hash, t.address, t.amount, t.asset, t.position, (t.ord - 1)::int AS ord FROM unnest(
@@ -206,6 +210,7 @@ export const readBlock = (
     SELECT json_build_object(
       'cursor', json_build_object('number', l.number::text, 'hash', l.hash, 'last_reorg', l.last_reorg,
                                   'finalized', l.finalized::text),
+      'orphaned_copy', l.orphaned_copy,
       'current', l.inserted OR EXISTS (
         SELECT 1 FROM seen s WHERE (s.number, s.hash, s.last_reorg, s.finalized, s.updated_at)
           IS NOT DISTINCT FROM (l.number, l.hash, l.last_reorg, l.finalized, l.updated_at)),
@@ -221,8 +226,9 @@ export const readBlock = (
     ) AS read
     FROM locked l`.pipe(
     Effect.flatMap((rows) => Effect.orDie(decodeBlockRead(rows))),
-    Effect.map(([{ read: { candidates, current, cursor } }]): BlockRead => ({
+    Effect.map(([{ read: { candidates, current, cursor, orphaned_copy } }]): BlockRead => ({
       cursor: lockedCursor(cursor),
+      orphanedCopy: orphaned_copy,
       current,
       candidates: {
         payments: candidates.payments.map((p): PaymentCandidate => ({

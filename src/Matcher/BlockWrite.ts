@@ -214,10 +214,16 @@ const decodeOrphaned = Schema.decodeUnknown(Schema.Array(OrphanedRow))
 /**
  * Marks the chain's live detections from `fromNumber` on as orphaned, resets the transaction of
  * a payment not yet PAID among them (0 confirmations, its watch still open), and records the
- * reorg as the last applied (`reorgKey`). Returns the orphaned detections, with their payment's
+ * reorg as the last applied (`reorgKey`), with the hashes of the blocks it orphaned. Returns the orphaned detections, with their payment's
  * account and status.
  */
-export const orphanDetections = (sql: SqlClient.SqlClient, chain: ChainName, fromNumber: bigint, reorgKey: string) =>
+export const orphanDetections = (
+  sql: SqlClient.SqlClient,
+  chain: ChainName,
+  fromNumber: bigint,
+  reorgKey: string,
+  orphanedHashes: ReadonlyArray<string>
+) =>
   sql`
     WITH orphan AS (
       UPDATE detections SET orphaned_at = clock_timestamp()
@@ -231,7 +237,9 @@ export const orphanDetections = (sql: SqlClient.SqlClient, chain: ChainName, fro
         AND payments.block_hash = orphan.block_hash
     ),
     marked AS (
-      UPDATE matcher_cursors SET last_reorg = ${reorgKey} WHERE chain = ${chain}
+      UPDATE matcher_cursors SET last_reorg = ${reorgKey},
+        last_reorg_orphaned = jsonb_build_object('key', ${reorgKey}::text, 'hashes', to_jsonb(${orphanedHashes}::text[]))
+      WHERE chain = ${chain}
     )
     SELECT o.kind, o.watch_id AS id, o.tx_hash, o.block_number::text AS block_number, o.block_hash,
            p.account_id, p.status AS payment_status

@@ -365,6 +365,27 @@ for (const kind of logKinds) {
         expect(yield* status(h, w)).toMatchObject({ status: "PAID", tx_hash: tx, confirmations: 2, exception: null })
       }).pipe(Effect.scoped))
 
+    it.live("a copy of an orphaned block delivered again after its reorg (a second reader, a rebalance) is not applied; the new chain's block is", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(kind)
+        const orphanedTo = yield* createPayment(h, "30")
+        const canonicalTo = yield* createPayment(h, "31")
+        const n = above(canonicalTo.startBlock)
+        const stale = block("ethereum", n, [{ to: orphanedTo.address, value: orphanedTo.amount }])
+        yield* h.publish(stale, reorg("ethereum", n, n))
+        yield* h.settled("ethereum")
+        // Its parent is the cursor's block: only the reorg record says it is not on the chain.
+        yield* h.publish(stale)
+        yield* h.settled("ethereum")
+        yield* h.publish(
+          block("ethereum", n, [{ to: canonicalTo.address, value: canonicalTo.amount }], { fork: "b", parentFork: "a" }),
+          block("ethereum", n + 1n, [], { fork: "b" })
+        )
+        yield* h.settled("ethereum")
+        expect(yield* status(h, orphanedTo)).toMatchObject({ status: "PENDING", tx_hash: null, amount_received_wei: "0" })
+        expect(yield* status(h, canonicalTo)).toMatchObject({ status: "PAID", confirmations: 2 })
+      }).pipe(Effect.scoped))
+
     it.live("confirms a signup intent on the first mined match and activates the account", () =>
       Effect.gen(function*() {
         const h = yield* makeHarness(kind)
