@@ -67,3 +67,23 @@ export const chains: Readonly<Record<ChainName, ChainInfo>> = {
 }
 
 export const isEvm = (chain: ChainName): boolean => chain !== "bitcoin"
+
+/**
+ * The most confirmations a payment may ask for, per chain: about a day of blocks, capped at
+ * 1,000 (bitcoin 144, ethereum 1,000 = 3.3 h; the faster chains reach the cap sooner). Past
+ * finality more blocks add nothing, and a payment waiting longer than its lifetime's scale
+ * for confirmations only delays the merchant. The ingester keeps as many recent headers
+ * (`REORG_DEPTH`), so that a reorg of a block a payment may still wait on is followed exactly.
+ */
+export const maxConfirmations: Readonly<Record<ChainName, number>> = {
+  bitcoin: 144,
+  ethereum: 1000,
+  base: 1000,
+  arbitrum: 1000,
+  optimism: 1000,
+  polygon: 1000,
+  bnb: 1000,
+  avalanche: 1000,
+  linea: 1000,
+  zksync: 1000
+}

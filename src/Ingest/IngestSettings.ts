@@ -2,7 +2,9 @@
  * How a chain's ingester is configured:
  *
  * - `INGEST_CONCURRENCY` (8): blocks fetched at once while catching up.
- * - `REORG_DEPTH` (64): headers kept per chain, the deepest reorg handled exactly.
+ * - `REORG_DEPTH` (default: the most confirmations a payment may ask for on the chain, 1,000;
+ *   bitcoin 144): headers kept per chain, the deepest reorg handled exactly. A reorg below
+ *   them can only reach blocks every payment has counted out already.
  * - `POLL_INTERVAL_MS_<CHAIN>`, else `POLL_INTERVAL_MS`, else half the chain's block time
  *   clamped to 250 ms .. 10 s: the longest wait between polls once caught up. On EVM chains
  *   the ingester polls more often while the next block is due (`pollDelayMillis`, IngestLoop.ts).
@@ -16,7 +18,7 @@
  */
 import { Config, ConfigError, Duration, Either, Option } from "effect"
 import { chainIdConfig } from "../Chains/ChainClients.ts"
-import { type ChainName, chains } from "../Domain/Chain.ts"
+import { type ChainName, chains, maxConfirmations } from "../Domain/Chain.ts"
 import { hashBlocksUrlConfig } from "./HashBlocks.ts"
 
 export interface IngestSettings {
@@ -43,7 +45,7 @@ export const ingestSettingsConfig = (chain: ChainName): Config.Config<IngestSett
   const startName = `START_BLOCK_${upper}`
   return Config.all({
     concurrency: atLeastOne("INGEST_CONCURRENCY").pipe(Config.withDefault(8)),
-    reorgDepth: atLeastOne("REORG_DEPTH").pipe(Config.withDefault(64)),
+    reorgDepth: atLeastOne("REORG_DEPTH").pipe(Config.withDefault(maxConfirmations[chain])),
     pollInterval: Config.all([
       Config.option(atLeastOne(`POLL_INTERVAL_MS_${upper}`)),
       Config.option(atLeastOne("POLL_INTERVAL_MS"))

@@ -4,32 +4,13 @@
  * head, 2 when one block was mined on top of it, and so on.
  */
 import { Config, ConfigError, Either, Option } from "effect"
-import { type ChainName, chainNames } from "../Domain/Chain.ts"
+import { type ChainName, chainNames, maxConfirmations } from "../Domain/Chain.ts"
 
 /** `CONFIRMATIONS_REQUIRED` (default 2): confirmations that make a payment PAID. */
 export const ConfirmationsRequired = Config.integer("CONFIRMATIONS_REQUIRED").pipe(
   Config.withDefault(2),
   Config.validate({ message: "CONFIRMATIONS_REQUIRED must be at least 1", validation: (n) => n >= 1 })
 )
-
-/**
- * The most confirmations a payment may ask for, per chain: about a day of blocks, capped at
- * 1,000 (bitcoin 144, ethereum 1,000 = 3.3 h; the faster chains reach the cap sooner). Past
- * finality more blocks add nothing, and a payment waiting longer than its lifetime's scale
- * for confirmations only delays the merchant.
- */
-export const maxConfirmations: Readonly<Record<ChainName, number>> = {
-  bitcoin: 144,
-  ethereum: 1000,
-  base: 1000,
-  arbitrum: 1000,
-  optimism: 1000,
-  polygon: 1000,
-  bnb: 1000,
-  avalanche: 1000,
-  linea: 1000,
-  zksync: 1000
-}
 
 /**
  * The default threshold of each chain: `CONFIRMATIONS_REQUIRED_<CHAIN>`, else the contract's

@@ -5,7 +5,7 @@ import { type AccountRefusal, Accounts } from "../Accounts/Accounts.ts"
 import type { CurrentAccount } from "../Accounts/Authentication.ts"
 import { Addresses, isChainName } from "../Addresses/Addresses.ts"
 import { ChainClients } from "../Chains/ChainClients.ts"
-import { type ChainName, isEvm } from "../Domain/Chain.ts"
+import { type ChainName, isEvm, maxConfirmations } from "../Domain/Chain.ts"
 import { formatSmallest } from "../Domain/Money.ts"
 import {
   AddressNotRegistered,
@@ -20,7 +20,7 @@ import {
   UnsupportedChain
 } from "../Domain/Errors.ts"
 import { type AccountId, parseId, PaymentId } from "../Domain/Ids.ts"
-import { ChainConfirmationsRequired, maxConfirmations } from "../Matcher/Confirmations.ts"
+import { ChainConfirmationsRequired } from "../Matcher/Confirmations.ts"
 import { effectiveStatus, Lifetimes } from "../Watches/Lifetimes.ts"
 import { native, type WatchAsset, Watches } from "../Watches/Watches.ts"
 import { Asset, assetDecimals } from "../Domain/Asset.ts"

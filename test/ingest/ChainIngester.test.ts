@@ -9,6 +9,7 @@ import { createTestClient, createWalletClient, http, type Hash } from "viem"
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts"
 import { freshDatabase } from "../support/Database.ts"
 import { startRpcProxy } from "../support/RpcProxy.ts"
+import { freePort } from "../support/Service.ts"
 import {
   anvilKey,
   anvilUrl,
@@ -158,6 +159,28 @@ describe.each(logKinds)("ChainIngester on anvil through the %s EventLog", (kind)
       const { chain, gaps, repeats } = canonical(messages)
       expect([gaps, repeats]).toEqual([[], 0])
       expect(chain.at(-1)?.hash).toBe(after.at(-1)?.hash)
+    }))
+
+  it.scopedLive("a reorg deeper than 64 blocks is followed to its common ancestor, as deep as a payment may wait", () =>
+    Effect.gen(function*() {
+      const database = yield* freshDatabase
+      const eventLog = yield* makeEventLog(kind)
+      const seen = yield* collect(eventLog, "ethereum")
+      const node = yield* spawnAnvil(yield* freePort)
+      const { test, wallet } = anvilClients(node.url)
+      const registry = yield* startIngesters(eventLog, env(database.url, node.url, { START_BLOCK_ETHEREUM: "0" }))
+      yield* Effect.promise(() => test.mine({ blocks: 150 }))
+      yield* statusUntil(registry, "ethereum", (s) => s.lastPublished?.number === 150n, 60)
+      const ancestor = yield* blockHashAt(node.url, 50n)
+
+      const to = privateKeyToAccount(generatePrivateKey()).address.toLowerCase()
+      yield* rpc(node.url, "anvil_reorg", [100, [[{ from: wallet.account.address, to, value: "0x2a" }, 0]]])
+      yield* statusUntil(registry, "ethereum", (s) => s.reorgs === 1 && s.lastPublished?.number === 150n, 60)
+      const messages = yield* until(Ref.get(seen), (all) => all.some((m) => m.type === "reorg"))
+      const reorgs = messages.filter((m) => m.type === "reorg")
+      expect(reorgs).toHaveLength(1)
+      expect(reorgs[0]).toMatchObject({ fromNumber: 51n, commonAncestor: { number: 50n, hash: ancestor } })
+      expect(reorgs[0]!.type === "reorg" && reorgs[0]!.orphaned.length).toBe(100)
     }))
 
   it.scopedLive("backs off while its node is down and resumes without gap or repeat; a node back with a fresh chain is a reorg", () =>
