@@ -1,11 +1,26 @@
 /** EVM chains through viem public clients. */
 import { Duration, Effect, Option, Schema } from "effect"
-import { type Chain, createPublicClient, type PublicClient, RpcError, type Transport } from "viem"
+import {
+  type Chain,
+  createPublicClient,
+  HttpRequestError,
+  type PublicClient,
+  RpcError,
+  RpcRequestError,
+  type Transport
+} from "viem"
 import { arbitrum, avalanche, base, bsc, linea, mainnet, optimism, polygon, zksync } from "viem/chains"
 import type { ChainName } from "../Domain/Chain.ts"
 import { type ChainBlock, ChainUnavailable } from "./Block.ts"
 import { describeRpcError, type EndpointPool, isAnswer, rateLimit } from "./Endpoints.ts"
-import { type BlockReading, makeBlockReader, NodeRefused, type RpcRequest, type TracesSetting } from "./EvmBlocks.ts"
+import {
+  type BlockReading,
+  makeBlockReader,
+  NodeRefused,
+  type RpcRequest,
+  saysNoSuchMethod,
+  type TracesSetting
+} from "./EvmBlocks.ts"
 import { Quantity } from "./EvmWire.ts"
 
 export type EvmChainName = Exclude<ChainName, "bitcoin">
@@ -70,7 +85,13 @@ export const makeEvmClient = (
     endpoints.request(method, params).pipe(
       Effect.mapError((error) =>
         (isAnswer(error) || error instanceof RpcError) && Option.isNone(rateLimit(error, 0))
-          ? new NodeRefused({ method, message: describeRpcError(error) })
+          ? new NodeRefused({
+            method,
+            message: describeRpcError(error),
+            // An HTTP 4xx is how some providers refuse a method they do not offer.
+            noSuchMethod: error instanceof HttpRequestError ||
+              saysNoSuchMethod(error instanceof RpcError || error instanceof RpcRequestError ? error.code : undefined, describeRpcError(error))
+          })
           : new ChainUnavailable({ chain, message: `${method}: ${describeRpcError(error)}` })
       ),
       Effect.timeoutFail({

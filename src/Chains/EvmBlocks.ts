@@ -29,7 +29,20 @@ import { DebugTraces, ParityTrace, RpcBlock, RpcReceipt } from "./EvmWire.ts"
 export class NodeRefused extends Data.TaggedError("NodeRefused")<{
   readonly method: string
   readonly message: string
+  /** The node says it has no such method, rather than that this one call failed. */
+  readonly noSuchMethod: boolean
 }> {}
+
+/**
+ * Whether a JSON-RPC error says the method is not offered: JSON-RPC's "method not found", or
+ * the words nodes and providers use for it ("the method trace_block does not exist/is not
+ * available", "Unsupported method", "method not whitelisted"). Not "header not found", a
+ * timeout or an internal error: those are one call failing.
+ */
+export const saysNoSuchMethod = (code: number | undefined, message: string): boolean =>
+  code === -32601 ||
+  /does not exist|not (available|supported|allowed|enabled|whitelisted)|unsupported|unknown method|no such method|method not found/i
+    .test(message)
 
 /** One JSON-RPC call to the chain's node. */
 export type RpcRequest = (
@@ -92,11 +105,25 @@ export const makeBlockReader = (options: {
         Effect.mapError((error) => unavailable(`${what}: unusable answer: ${ParseResult.TreeFormatter.formatErrorSync(error)}`))
       )
 
-    /** Whether the node answers `method` at all (a JSON-RPC error means no). */
+    /** Whether the node answers `method` at all (any refusal means no: a wrong no costs only speed). */
     const answers = (method: string, params: ReadonlyArray<unknown>) =>
       request(method, params).pipe(
         Effect.as(true),
         Effect.catchTag("NodeRefused", () => Effect.succeed(false))
+      )
+
+    /**
+     * Whether the node offers the tracing `method`: no only when it says it has no such method.
+     * A wrong no would read blocks without their internal transfers for `reprobeWithoutTraces`,
+     * so any other refusal fails the probe, and the read after it probes again.
+     */
+    const offers = (method: string, params: ReadonlyArray<unknown>) =>
+      request(method, params).pipe(
+        Effect.as(true),
+        Effect.catchTag("NodeRefused", (refused) =>
+          refused.noSuchMethod
+            ? Effect.succeed(false)
+            : Effect.fail(unavailable(`${method}: ${refused.message} (asked whether the node traces blocks)`)))
       )
 
     /** Whether the node traces a block by its hash with the call tracer (asked of its head block). */
@@ -105,7 +132,7 @@ export const makeBlockReader = (options: {
         asUnavailable(request("eth_getBlockByNumber", [head, false])),
         (header) =>
           typeof header === "object" && header !== null && "hash" in header && typeof header.hash === "string"
-            ? answers("debug_traceBlockByHash", [header.hash, { tracer: "callTracer" }])
+            ? offers("debug_traceBlockByHash", [header.hash, { tracer: "callTracer" }])
             : Effect.fail(unavailable(`eth_getBlockByNumber ${head}: no block at the node's own head`))
       )
 
@@ -118,7 +145,7 @@ export const makeBlockReader = (options: {
       // debug tracer, which re-executes the block).
       const traces = options.traces === "off"
         ? "off" as const
-        : (yield* answers("trace_block", [head]))
+        : (yield* offers("trace_block", [head]))
         ? "trace_block" as const
         : (yield* answersDebugTraces(head))
         ? "debug_traceBlockByHash" as const

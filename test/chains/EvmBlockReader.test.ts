@@ -4,7 +4,14 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Duration, Effect, Exit, TestClock } from "effect"
 import type { ChainBlock } from "../../src/Chains/Block.ts"
-import { makeBlockReader, NodeRefused, reprobeWithoutTraces, type RpcRequest, type TracesSetting } from "../../src/Chains/EvmBlocks.ts"
+import {
+  makeBlockReader,
+  NodeRefused,
+  reprobeWithoutTraces,
+  type RpcRequest,
+  saysNoSuchMethod,
+  type TracesSetting
+} from "../../src/Chains/EvmBlocks.ts"
 import { transferTopic } from "../../src/Chains/EvmSettlement.ts"
 
 const usdc = "0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48"
@@ -163,7 +170,8 @@ const headHash = `0x${"ee".repeat(32)}`
 /** A node holding the one block; records the methods asked, in order. */
 const fakeNode = (options: NodeOptions) => {
   const asked: Array<string> = []
-  const refuse = (method: string) => Effect.fail(new NodeRefused({ method, message: "the method does not exist" }))
+  const refuse = (method: string) =>
+    Effect.fail(new NodeRefused({ method, message: `the method ${method} does not exist/is not available`, noSuchMethod: true }))
   const request: RpcRequest = (method, params) =>
     Effect.suspend(() => {
       asked.push(method)
@@ -188,7 +196,7 @@ const fakeNode = (options: NodeOptions) => {
             ? Effect.succeed(callFrames.map((result, i) => ({ txHash: block.transactions[i]!.hash, result })))
             : params[0] === headHash
             ? Effect.succeed([])
-            : Effect.fail(new NodeRefused({ method, message: "block not found" }))
+            : Effect.fail(new NodeRefused({ method, message: "block not found", noSuchMethod: false }))
         default:
           return refuse(method)
       }
@@ -322,7 +330,10 @@ describe("reading an EVM block", () => {
         blockReceipts: true,
         traceBlock: true,
         debugTrace: false,
-        answer: (method) => method === "trace_block" && !offering ? new NodeRefused({ method, message: "rate limited" }) : undefined
+        answer: (method) =>
+          method === "trace_block" && !offering
+            ? new NodeRefused({ method, message: "the method trace_block does not exist/is not available", noSuchMethod: true })
+            : undefined
       })
       const reader = yield* readerOn(node)
       expect(yield* reader.block(height)).toEqual(withoutTraces)
@@ -338,6 +349,39 @@ describe("reading an EVM block", () => {
       expect(node.asked.filter((m) => m === "eth_blockNumber")).toHaveLength(2)
     }))
 
+  it.effect("a probe's trace call that fails (the head not yet on that backend) is not taken for a node without traces", () =>
+    Effect.gen(function*() {
+      const node = fakeNode({
+        blockReceipts: true,
+        traceBlock: true,
+        debugTrace: false,
+        answer: (method) =>
+          method === "trace_block" && node.asked.filter((m) => m === "trace_block").length === 1
+            ? new NodeRefused({ method, message: "header not found", noSuchMethod: false })
+            : undefined
+      })
+      const reader = yield* readerOn(node)
+      expect(failureOf(yield* Effect.exit(reader.block(height)))).toBe(
+        "trace_block: header not found (asked whether the node traces blocks)"
+      )
+      expect(yield* reader.block(height)).toEqual(withTraces)
+      expect(yield* reader.reading).toEqual({ receipts: "eth_getBlockReceipts", traces: "trace_block" })
+    }))
+
+  it("a refusal says the method is missing only in the words nodes use for that", () => {
+    const refusals: ReadonlyArray<readonly [number, string, boolean]> = [
+      [-32601, "Method not found", true],
+      [-32000, "the method trace_block does not exist/is not available", true],
+      [-32600, "Unsupported method: trace_block", true],
+      [-32000, "method not whitelisted", true],
+      [-32000, "header not found", false],
+      [-32000, "execution timeout", false],
+      [-32603, "internal error", false],
+      [-32000, "missing trie node 3f1c (path )", false]
+    ]
+    for (const [code, message, missing] of refusals) expect([message, saysNoSuchMethod(code, message)]).toEqual([message, missing])
+  })
+
   it.effect("a method refused after the probe fails the read and makes the next read probe again", () =>
     Effect.gen(function*() {
       let refusing = true
@@ -347,11 +391,11 @@ describe("reading an EVM block", () => {
         debugTrace: false,
         answer: (method) =>
           method === "trace_block" && refusing && node.asked.filter((m) => m === "trace_block").length > 1
-            ? new NodeRefused({ method, message: "rate limited" })
+            ? new NodeRefused({ method, message: "execution timeout", noSuchMethod: false })
             : undefined
       })
       const reader = yield* readerOn(node)
-      expect(failureOf(yield* Effect.exit(reader.block(height)))).toBe("trace_block: rate limited")
+      expect(failureOf(yield* Effect.exit(reader.block(height)))).toBe("trace_block: execution timeout")
       refusing = false
       expect(yield* reader.block(height)).toEqual(withTraces)
       expect(node.asked.filter((m) => m === "eth_blockNumber")).toHaveLength(2)
