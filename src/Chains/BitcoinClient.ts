@@ -97,12 +97,18 @@ export interface Output {
   readonly value: bigint
 }
 
-/** One transfer per paid address of a transaction, summing its outputs to that address. */
+/**
+ * One transfer per paid address of the transaction at `index` in its block, summing its outputs
+ * to that address. None for the coinbase (index 0): its outputs cannot be spent for 100 blocks,
+ * and a reorg of its block takes them away for good (a coinbase is never mined again), so they
+ * are not settled value at any confirmation count a payment may ask.
+ */
 export const transfersOfTx = (
   txHash: string,
   index: number,
   outputs: Iterable<Output>
 ): Array<ChainTransfer> => {
+  if (index === 0) return []
   const sums = new Map<string, bigint>()
   for (const { address, value } of outputs) {
     if (address !== undefined && value > 0n) sums.set(address, (sums.get(address) ?? 0n) + value)
