@@ -6,7 +6,7 @@
  * same as no bucket, so those are dropped whenever the map has doubled since the last sweep.
  */
 import { RateLimiter } from "@effect/experimental"
-import { Duration, Effect, Layer } from "effect"
+import { Config, Data, Duration, Effect, Layer } from "effect"
 
 interface Bucket {
   tokens: number
@@ -60,3 +60,50 @@ export const layerStoreMemoryBounded = Layer.effect(
   RateLimiter.RateLimiterStore,
   Effect.map(makeStoreMemoryBounded, ({ store }) => store)
 )
+
+/** How many of something one client address may do: `limit` per `windowSeconds`; limit 0 is no limit. */
+export interface ClientRate {
+  readonly limit: number
+  readonly windowSeconds: number
+}
+
+/** `<NAME>_RATE_LIMIT` (default `limit`) per `<NAME>_RATE_WINDOW_SECONDS` (default 3600). */
+export const clientRateConfig = (name: string, limit: number): Config.Config<ClientRate> =>
+  Config.all({
+    limit: Config.integer(`${name}_RATE_LIMIT`).pipe(
+      Config.withDefault(limit),
+      Config.validate({ message: `${name}_RATE_LIMIT must be 0 or more`, validation: (n) => n >= 0 })
+    ),
+    windowSeconds: Config.integer(`${name}_RATE_WINDOW_SECONDS`).pipe(
+      Config.withDefault(3600),
+      Config.validate({ message: `${name}_RATE_WINDOW_SECONDS must be positive`, validation: (n) => n > 0 })
+    )
+  })
+
+/** The client has used up its allowance; the next one is due in `retryAfterSeconds`. */
+export class AllowanceUsedUp extends Data.TaggedError("AllowanceUsedUp")<{ readonly retryAfterSeconds: number }> {}
+
+/**
+ * Takes one of a client's allowance, as a token bucket: the whole allowance at once, then one
+ * more each window / limit. Kept in this replica's memory: each replica allows the limit on
+ * its own.
+ */
+export const makeClientLimiter = (rate: ClientRate) =>
+  Effect.map(
+    RateLimiter.make.pipe(Effect.provide(layerStoreMemoryBounded)),
+    (limiter) => (client: string): Effect.Effect<void, AllowanceUsedUp> =>
+      rate.limit === 0 ? Effect.void : limiter.consume({
+        algorithm: "token-bucket",
+        onExceeded: "fail",
+        window: Duration.seconds(rate.windowSeconds),
+        limit: rate.limit,
+        key: client
+      }).pipe(
+        Effect.asVoid,
+        Effect.catchAll((error) =>
+          error.reason === "Exceeded"
+            ? Effect.fail(new AllowanceUsedUp({ retryAfterSeconds: Math.max(1, Math.ceil(Duration.toSeconds(error.retryAfter))) }))
+            : Effect.die(error)
+        )
+      )
+  )

@@ -3,9 +3,8 @@
  * subscription and a signup intent; the intent's confirmation on chain activates the account.
  * Signups are limited per client address (`SIGNUP_RATE_LIMIT`).
  */
-import { RateLimiter } from "@effect/experimental"
 import { SqlClient } from "@effect/sql"
-import { BigDecimal, Config, Duration, Effect, Option, Redacted, Schema } from "effect"
+import { BigDecimal, Effect, Option, Redacted, Schema } from "effect"
 import { chainOfDonationChain, chains, DonationChainName } from "../Domain/Chain.ts"
 import { formatSmallest } from "../Domain/Money.ts"
 import { DonationAddresses } from "../Donations/DonationAddresses.ts"
@@ -23,7 +22,7 @@ import { native, Watches } from "../Watches/Watches.ts"
 import { Accounts } from "./Accounts.ts"
 import { DonationIntentOut, DonationSignupOut, IntentStatusOut, type SignupIn, SignupOut } from "./Api.ts"
 import { isPlanName, paidPlans } from "./Plans.ts"
-import { layerStoreMemoryBounded } from "./RateLimitStore.ts"
+import { clientRateConfig, makeClientLimiter } from "./RateLimitStore.ts"
 import { traced } from "../Tracing/Methods.ts"
 
 const IntentRow = Schema.Struct({
@@ -60,19 +59,10 @@ const intentOut = (row: IntentRow) =>
   })
 
 /**
- * `SIGNUP_RATE_LIMIT` signups per client address per `SIGNUP_RATE_WINDOW_SECONDS`, as a token
- * bucket: the whole allowance at once, then one more each window / limit. 0 turns it off.
+ * `SIGNUP_RATE_LIMIT` (30) signups per client address per `SIGNUP_RATE_WINDOW_SECONDS` (3600),
+ * as a token bucket (RateLimitStore.ts). 0 turns it off.
  */
-export const SignupRateLimit = Config.all({
-  limit: Config.integer("SIGNUP_RATE_LIMIT").pipe(
-    Config.withDefault(30),
-    Config.validate({ message: "SIGNUP_RATE_LIMIT must be 0 or more", validation: (n) => n >= 0 })
-  ),
-  windowSeconds: Config.integer("SIGNUP_RATE_WINDOW_SECONDS").pipe(
-    Config.withDefault(3600),
-    Config.validate({ message: "SIGNUP_RATE_WINDOW_SECONDS must be positive", validation: (n) => n > 0 })
-  )
-})
+export const SignupRateLimit = clientRateConfig("SIGNUP", 30)
 
 export class Signup extends Effect.Service<Signup>()("confirmd/Signup", {
   effect: Effect.gen(function*() {
@@ -82,29 +72,12 @@ export class Signup extends Effect.Service<Signup>()("confirmd/Signup", {
     const watches = yield* Watches
     const lifetimes = yield* Lifetimes
     const rate = yield* SignupRateLimit
-    // Kept in this replica's memory: each replica allows the limit on its own.
-    const limiter = yield* RateLimiter.make.pipe(Effect.provide(layerStoreMemoryBounded))
+    const takeOne = yield* makeClientLimiter(rate)
 
     /** Takes one of the client's signups, or fails saying when the next one is due. */
     const admit = (client: string) =>
-      rate.limit === 0 ? Effect.void : limiter.consume({
-        algorithm: "token-bucket",
-        onExceeded: "fail",
-        window: Duration.seconds(rate.windowSeconds),
-        limit: rate.limit,
-        key: client
-      }).pipe(
-        Effect.asVoid,
-        Effect.catchAll((error) =>
-          error.reason === "Exceeded"
-            ? Effect.fail(new SignupRateLimited({
-              limit: rate.limit,
-              windowSeconds: rate.windowSeconds,
-              retryAfterSeconds: Math.max(1, Math.ceil(Duration.toSeconds(error.retryAfter)))
-            }))
-            : Effect.die(error)
-        )
-      )
+      Effect.catchTag(takeOne(client), "AllowanceUsedUp", (used) =>
+        Effect.fail(new SignupRateLimited({ limit: rate.limit, windowSeconds: rate.windowSeconds, retryAfterSeconds: used.retryAfterSeconds })))
 
     const subscribe = (input: SignupIn) =>
       Effect.gen(function*() {

@@ -2,7 +2,7 @@ import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { DonationChainName, DonationChainNameInput } from "../Domain/Chain.ts"
 import { UsdAmountInput } from "../Domain/Money.ts"
-import { BadRequestResponse, NotFoundResponse, UpstreamErrorResponse } from "../Domain/ApiErrors.ts"
+import { BadRequestResponse, NotFoundResponse, TooManyRequestsResponse, UpstreamErrorResponse } from "../Domain/ApiErrors.ts"
 import { CallbackUrlInput, DateTimeString, DecimalString } from "../Domain/Schemas.ts"
 
 export class ChallengeIn extends Schema.Class<ChallengeIn>("ChallengeIn")({
@@ -42,8 +42,13 @@ export class ChallengesApi extends HttpApiGroup.make("challenges")
       .setPayload(ChallengeIn)
       .addSuccess(ChallengeOut)
       .addError(BadRequestResponse)
+      .addError(TooManyRequestsResponse)
       .addError(UpstreamErrorResponse)
       .annotate(OpenApi.Summary, "Create an exact-amount public donation challenge")
+      .annotate(
+        OpenApi.Description,
+        "Limited per client address (`CHALLENGE_RATE_LIMIT` per `CHALLENGE_RATE_WINDOW_SECONDS`, 60 an hour by default): 429 with `Retry-After` beyond it."
+      )
   )
   .add(
     HttpApiEndpoint.get("get", "/challenges/:challenge_id")

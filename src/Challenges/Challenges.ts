@@ -3,8 +3,9 @@ import { SqlClient } from "@effect/sql"
 import { BigDecimal, Config, ConfigError, Effect, Either, Option, Redacted, Schema } from "effect"
 import { type ChainName, chainOfDonationChain, chains, DonationChainName } from "../Domain/Chain.ts"
 import { formatDecimal, formatSmallest, parseDecimal } from "../Domain/Money.ts"
+import { clientRateConfig, makeClientLimiter } from "../Accounts/RateLimitStore.ts"
 import { DonationAddresses } from "../Donations/DonationAddresses.ts"
-import { AmountBelowMinimum, ChallengeNotFound } from "../Domain/Errors.ts"
+import { AmountBelowMinimum, ChallengeNotFound, ChallengeRateLimited } from "../Domain/Errors.ts"
 import { ChallengeId, parseId } from "../Domain/Ids.ts"
 import { effectiveStatus, Lifetimes } from "../Watches/Lifetimes.ts"
 import { native, Watches } from "../Watches/Watches.ts"
@@ -49,6 +50,14 @@ const ChallengeMinUsd = Config.string("CHALLENGE_MIN_USD").pipe(
   )
 )
 
+/**
+ * `CHALLENGE_RATE_LIMIT` (60) challenges per client address per `CHALLENGE_RATE_WINDOW_SECONDS`
+ * (3600); 0 turns it off. Challenges need no account: without a limit one script could open
+ * thousands, each holding an amount on the donation address, and push every donor after it
+ * steps higher.
+ */
+export const ChallengeRateLimit = clientRateConfig("CHALLENGE", 60)
+
 export class Challenges extends Effect.Service<Challenges>()("confirmd/Challenges", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -57,8 +66,11 @@ export class Challenges extends Effect.Service<Challenges>()("confirmd/Challenge
     const lifetimes = yield* Lifetimes
     const webhookSecrets = yield* WebhookSecrets
     const minUsd = yield* ChallengeMinUsd
+    const rate = yield* ChallengeRateLimit
+    const takeOne = yield* makeClientLimiter(rate)
 
-    const create = (input: ChallengeIn) =>
+    /** `client`: the caller's address (Http/ClientAddress.ts), the key of its limit; a refused request takes none of it. */
+    const create = (input: ChallengeIn, client: string) =>
       Effect.gen(function*() {
         const target = yield* donations.resolve(input.chain)
         if (BigDecimal.lessThan(input.usd_amount, minUsd)) {
@@ -67,6 +79,10 @@ export class Challenges extends Effect.Service<Challenges>()("confirmd/Challenge
         if (input.callback_url !== null) {
           yield* checkRequestedCallbackUrl(input.callback_url)
         }
+        yield* Effect.catchTag(takeOne(client), "AllowanceUsedUp", (used) =>
+          Effect.fail(
+            new ChallengeRateLimited({ limit: rate.limit, windowSeconds: rate.windowSeconds, retryAfterSeconds: used.retryAfterSeconds })
+          ))
         const opened = yield* watches.create({
           kind: "challenge",
           chain: chainOfDonationChain(target.chain),

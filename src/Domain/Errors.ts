@@ -64,6 +64,13 @@ export class SignupRateLimited extends Schema.TaggedError<SignupRateLimited>()("
   retryAfterSeconds: Schema.Int
 }) {}
 
+/** A client address has used up its donation challenges for now. */
+export class ChallengeRateLimited extends Schema.TaggedError<ChallengeRateLimited>()("ChallengeRateLimited", {
+  limit: Schema.Int,
+  windowSeconds: Schema.Int,
+  retryAfterSeconds: Schema.Int
+}) {}
+
 /** An address no one can receive at (the zero address, a precompile or system contract). */
 export class UnusableReceiveAddress extends Schema.TaggedError<UnusableReceiveAddress>()("UnusableReceiveAddress", {
   address: Schema.String,

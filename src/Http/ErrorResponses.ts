@@ -47,6 +47,7 @@ import type {
   RedeliveryTooSoon,
   SignupIntentNotFound,
   SignupRateLimited,
+  ChallengeRateLimited,
   TooManyConfirmations,
   UnknownListCursor,
   UnknownPlan,
@@ -88,6 +89,10 @@ const responses = {
   SignupRateLimited: (e: SignupRateLimited): TooManyRequests =>
     tooManyRequests(
       `Too many signups from this address: at most ${e.limit} per ${e.windowSeconds} s; retry in ${e.retryAfterSeconds} s`
+    ),
+  ChallengeRateLimited: (e: ChallengeRateLimited): TooManyRequests =>
+    tooManyRequests(
+      `Too many challenges from this address: at most ${e.limit} per ${e.windowSeconds} s; retry in ${e.retryAfterSeconds} s`
     ),
   CallbackUrlRejected: (e: CallbackUrlRejected): BadRequest => badRequest(e.message),
   InvalidAddress: (e: InvalidAddress): BadRequest =>

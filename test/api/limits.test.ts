@@ -1,6 +1,6 @@
 /**
- * The limits on what one client can make the service do, as a client meets them: signups per
- * client address, redeliveries per payment (on every replica alike), payments listed per page,
+ * The limits on what one client can make the service do, as a client meets them: signups and
+ * donation challenges per client address, redeliveries per payment (on every replica alike), payments listed per page,
  * and receive addresses no wallet controls.
  */
 import { expect, layer } from "@effect/vitest"
@@ -33,6 +33,8 @@ layer(
   App.layer({
     SIGNUP_RATE_LIMIT: String(SIGNUPS),
     SIGNUP_RATE_WINDOW_SECONDS: String(WINDOW_SECONDS),
+    CHALLENGE_RATE_LIMIT: String(SIGNUPS),
+    CHALLENGE_RATE_WINDOW_SECONDS: String(WINDOW_SECONDS),
     CLIENT_ADDRESS_HEADER: "X-Forwarded-For"
   }),
   { excludeTestServices: true, timeout: "60 seconds" }
@@ -65,6 +67,23 @@ layer(
       // Once the bucket has refilled by one, the first client may sign up again.
       const again = yield* eventually(signupFrom("203.0.113.7"), (r) => r.status === 200, WINDOW_SECONDS)
       expect(again.body.api_key).toMatch(/^[0-9a-f]{64}$/)
+    }))
+
+  it.effect("donation challenges are limited per client address: 429 with Retry-After; a refused request uses none", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const challengeFrom = (address: string, usd = "5") =>
+        app.request("POST", "/challenges", { json: { chain: "ethereum", usd_amount: usd }, headers: { "x-forwarded-for": address } })
+      // Below the minimum: refused for that, and no challenge of the allowance taken.
+      expect((yield* challengeFrom("203.0.113.9", "0.01")).status).toBe(400)
+      for (let i = 0; i < SIGNUPS; i++) expect((yield* challengeFrom("203.0.113.9")).status).toBe(200)
+      const refused = yield* changesNothing(app, challengeFrom("203.0.113.9"))
+      expectEnvelope(refused, 429, "too_many_requests")
+      expectRetryAfter(refused, WINDOW_SECONDS / SIGNUPS)
+      expect(refused.body.error.message).toContain(`at most ${SIGNUPS} per ${WINDOW_SECONDS} s`)
+      expect((yield* challengeFrom("198.51.100.9")).status).toBe(200)
+      const again = yield* eventually(challengeFrom("203.0.113.9"), (r) => r.status === 200, WINDOW_SECONDS)
+      expect(again.body.challenge_id).toMatch(/^[0-9a-f-]{36}$/)
     }))
 
   it.effect("the zero address and the precompile range are refused as receive addresses, saying why", () =>

@@ -62,9 +62,10 @@ export const baseConfig = (): Record<string, string> => ({
   BITCOIN_BECH32_PREFIX: "rb",
   BITCOIN_PUBKEYHASH_VERSION: "60",
   BITCOIN_SCRIPTHASH_VERSION: "38",
-  // Test files sign up many merchants from 127.0.0.1 (property tests one per run); the limit
-  // itself is tested with its own settings (test/api/limits.test.ts).
+  // Test files sign up many merchants and open many challenges from 127.0.0.1 (property tests
+  // one per run); the limits themselves are tested with their own settings (test/api/limits.test.ts).
   SIGNUP_RATE_LIMIT: "0",
+  CHALLENGE_RATE_LIMIT: "0",
   ...donationAddresses
 })
 
