@@ -17,6 +17,14 @@ import { LatePaymentWindowSeconds } from "../Matcher/Apply.ts"
 import { MatcherCursors } from "../Matcher/Cursors.ts"
 import { Supervisor } from "../Supervision/Supervisor.ts"
 
+/**
+ * A bitcoin block's time need only exceed the median of the 11 before it, so a block after one
+ * stamped past an expiry may be stamped before it, and then it pays in time (the matcher judges
+ * each transfer by its own block's time). Two hours of block time past the expiry cover what
+ * nodes accept; EVM chains stamp every block after its parent.
+ */
+const bitcoinTimeSlack = Duration.hours(2)
+
 /** How many of each kind a sweep expired (a count as text, as PostgreSQL gives it). */
 const SweptRows = Schema.Array(Schema.Struct({
   kind: Schema.Literal("payment", "intent", "challenge"),
@@ -30,11 +38,13 @@ export const sweepExpired = Effect.gen(function*() {
   return yield* Effect.gen(function*() {
     const cursors = yield* matcher.all
     // Whether the matcher of the row's chain has applied a block from `at` on (a chain nobody
-    // matches: by the clock alone).
+    // matches: by the clock alone), after which no block can be stamped before `at`.
     const matchedPast = (chain: Fragment, at: Fragment) => sql`NOT EXISTS (
       SELECT 1 FROM unnest(${cursors.map((c) => c.chain)}::text[], ${cursors.map((c) => c.blockTime)}::timestamptz[])
         AS c (chain, block_time)
-      WHERE c.chain = ${chain} AND (c.block_time IS NULL OR c.block_time < ${at}))`
+      WHERE c.chain = ${chain} AND (c.block_time IS NULL
+        OR c.block_time < ${at} + CASE WHEN c.chain = 'bitcoin'
+          THEN make_interval(secs => ${Duration.toSeconds(bitcoinTimeSlack)}::double precision) ELSE interval '0' END))`
     const late = sql`make_interval(secs => ${lateWindow}::double precision)`
     const rows = yield* sql`
       WITH payments_expired AS (

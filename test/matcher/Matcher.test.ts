@@ -1,5 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
+import { address as btcAddress } from "bitcoinjs-lib"
 import { Effect, Stream } from "effect"
+import { randomBytes } from "node:crypto"
 import { eventually, subscribe } from "../support/TestApp.ts"
 import { SqlClient } from "@effect/sql"
 import { blockRecords } from "../../src/Ingest/BlockMessage.ts"
@@ -384,6 +386,33 @@ for (const kind of logKinds) {
         yield* h.settled("ethereum")
         expect(yield* status(h, orphanedTo)).toMatchObject({ status: "PENDING", tx_hash: null, amount_received_wei: "0" })
         expect(yield* status(h, canonicalTo)).toMatchObject({ status: "PAID", confirmations: 2 })
+      }).pipe(Effect.scoped))
+
+    it.live("a bitcoin block stamped before the expiry, after one stamped past it, still pays: the sweeper waits for the chain's time to settle", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(kind)
+        const key = yield* subscribe(h.app)
+        const shop = btcAddress.toBech32(randomBytes(20), 0, "rb")
+        expect((yield* h.app.request("POST", "/addresses", { key, json: { chain: "bitcoin", addresses: [shop] } })).status).toBe(200)
+        const created = yield* h.app.request("POST", "/payments", { key, json: { usd_amount: "30", chain: "bitcoin", callback_url: hook } })
+        expect(created.status).toBe(200)
+        const id = created.body.payment_id as string
+        yield* h.sql`UPDATE payments SET expires_at = now() - interval '1 second' WHERE id = ${id}`.pipe(Effect.orDie)
+        yield* h.sql`UPDATE watches SET expires_at = now() - interval '1 second' WHERE id = ${id}`.pipe(Effect.orDie)
+        const [row] = yield* h.sql<{ expires: number; start_block: string }>`
+          SELECT extract(epoch FROM expires_at)::float8 AS expires, start_block::text AS start_block
+          FROM watches WHERE id = ${id}`.pipe(Effect.orDie)
+        const expires = Math.floor(row!.expires)
+        const n = above(BigInt(row!.start_block))
+        // A block's time need only exceed the median of the 11 before it.
+        yield* h.publish(block("bitcoin", n, [], { timestamp: expires + 30 }))
+        yield* h.settled("bitcoin")
+        yield* sweepExpired.pipe(Effect.provide(MatcherCursors.Default), Effect.provideService(SqlClient.SqlClient, h.sql), Effect.orDie)
+        yield* h.publish(block("bitcoin", n + 1n, [{ to: shop, value: BigInt(created.body.amount_wei) }], { timestamp: expires - 40 }))
+        yield* h.publish(block("bitcoin", n + 2n, [], { timestamp: expires + 60 }))
+        yield* h.settled("bitcoin")
+        const paid = (yield* h.app.request("GET", `/payments/${id}`, { key })).body
+        expect(paid).toMatchObject({ status: "PAID", confirmations: 2, exception: null, amount_received_wei: created.body.amount_wei })
       }).pipe(Effect.scoped))
 
     it.live("confirms a signup intent on the first mined match and activates the account", () =>
