@@ -305,8 +305,11 @@ export class PriceOracle extends Effect.Service<PriceOracle>()("confirmd/PriceOr
     // runs in the service's scope so that an interrupted caller does not cancel it for others.
     const cache = yield* Ref.make(HashMap.empty<TokenSymbol, CacheEntry>())
 
+    // Taking the fetch on and starting it are one uninterruptible step: a caller interrupted
+    // between them (its client gone) would leave an entry in flight that no fetch ever completes,
+    // and every later caller on this replica waiting on it. Only the wait is interruptible.
     const cachedPrice = (symbol: TokenSymbol): Effect.Effect<BigDecimal.BigDecimal, PriceUnavailable> =>
-      Effect.gen(function*() {
+      Effect.uninterruptibleMask((restore) => Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
         const mine = yield* Deferred.make<BigDecimal.BigDecimal, PriceUnavailable>()
         const current = yield* Ref.modify(cache, (entries) => {
@@ -335,11 +338,13 @@ export class PriceOracle extends Effect.Service<PriceOracle>()("confirmd/PriceOr
                 Effect.zipRight(Deferred.done(mine, exit))
               )
             ),
+            // Forked fibers inherit the caller's uninterruptibility; the fetch's timeouts need it.
+            Effect.interruptible,
             Effect.forkIn(scope)
           )
         }
-        return yield* Deferred.await(current.done)
-      })
+        return yield* restore(Deferred.await(current.done))
+      }))
 
     const usdPrice: (symbol: TokenSymbol) => Effect.Effect<BigDecimal.BigDecimal, PriceUnavailable> = Option.match(
       config.fixed,
