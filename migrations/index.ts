@@ -39,6 +39,8 @@ export const migrations: ReadonlyArray<MigrationEntry> = [
   { file: "00017_trace_context", previousReleaseSurvives: true, load: () => import("./00017_trace_context.ts") },
   { file: "00018_redelivery_limit", previousReleaseSurvives: true, load: () => import("./00018_redelivery_limit.ts") },
   { file: "00019_account_places", previousReleaseSurvives: true, load: () => import("./00019_account_places.ts") },
-  { file: "00020_late_window_holds", previousReleaseSurvives: true, load: () => import("./00020_late_window_holds.ts") },
-  { file: "00021_orphaned_hashes", previousReleaseSurvives: true, load: () => import("./00021_orphaned_hashes.ts") }
+  // Before 00021: a pending run of both takes matcher_cursors before payments, as the matcher
+  // does, so an older replica's matcher applying a block meanwhile cannot deadlock with it.
+  { file: "00020_orphaned_hashes", previousReleaseSurvives: true, load: () => import("./00020_orphaned_hashes.ts") },
+  { file: "00021_late_window_holds", previousReleaseSurvives: true, load: () => import("./00021_late_window_holds.ts") }
 ]

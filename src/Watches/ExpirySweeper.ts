@@ -62,8 +62,9 @@ export const sweepExpired = Effect.gen(function*() {
       -- must not complete a newer payment given the same amount on the address.
       closed AS (
         UPDATE watches w SET open = false
-        WHERE open AND expires_at <= now()
-          AND (w.kind <> 'payment' OR w.expires_at + ${late} <= now())
+        WHERE open
+          AND ((w.kind = 'payment' AND w.expires_at <= now() - ${late})
+               OR (w.kind IN ('intent', 'challenge') AND w.expires_at <= now()))
           AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = w.id AND p.tx_hash IS NOT NULL)
           AND ${matchedPast(sql`w.chain`, sql`w.expires_at + CASE WHEN w.kind = 'payment' THEN ${late} ELSE interval '0' END`)}
         RETURNING id, kind
