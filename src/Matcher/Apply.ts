@@ -8,9 +8,11 @@
  *
  * Idempotent, because every message is delivered at least once:
  * - a block at or below the cursor height was applied already and is skipped;
- * - so is a block the last applied reorg record orphaned, delivered again after it (a second
- *   reader of the partition, a consumer that lost it mid-batch): it extends the common ancestor
- *   as the new chain's block does, and applying it would skip that one;
+ * - so is a block the last applied reorg record orphaned, delivered again after it from before
+ *   it in the log (a second reader of the partition, a consumer that lost it mid-batch): it
+ *   extends the common ancestor as the new chain's block does, and applying it would skip that
+ *   one. The same block published after the reorg record is the chain come back to it, and
+ *   applied;
  * - a reorg record identical to the last one applied is skipped (`last_reorg`);
  * - state moves are guarded by the current state, outbox rows collide on their event id.
  *
@@ -138,14 +140,14 @@ export const makeApply = Effect.gen(function*() {
   const chainRequired = yield* ChainConfirmationsRequired
   const lateWindow = yield* LatePaymentWindowSeconds
 
-  const applyBlockInTransaction = (block: BlockRecord) =>
+  const applyBlockInTransaction = (block: BlockRecord, offset: bigint | undefined) =>
     Effect.gen(function*() {
       const transfers = blockTransfers(block)
       // A read older than the lock it took is made again, now under the lock (rare: two
       // replicas applying one chain at once).
       const read = yield* Effect.flatMap(
-        readBlock(sql, block, transfers, lateWindow),
-        (first) => first.current ? Effect.succeed(first) : readBlock(sql, block, transfers, lateWindow)
+        readBlock(sql, block, transfers, lateWindow, offset),
+        (first) => first.current ? Effect.succeed(first) : readBlock(sql, block, transfers, lateWindow, offset)
       )
       const cursor = read.cursor
       const cursorNumber = cursor.number
@@ -212,7 +214,7 @@ export const makeApply = Effect.gen(function*() {
       } satisfies ApplyOutcome
     })
 
-  const applyReorgInTransaction = (record: ReorgRecord) =>
+  const applyReorgInTransaction = (record: ReorgRecord, offset: bigint | undefined) =>
     Effect.gen(function*() {
       const cursor = yield* lockCursor(sql, record.chain)
       const key = reorgKey(record)
@@ -222,7 +224,11 @@ export const makeApply = Effect.gen(function*() {
         return skipped(record.chain, "reorg", record.fromNumber, 0)
       }
       yield* orphanTransfers(sql, record.chain, record.fromNumber)
-      const orphaned = yield* orphanDetections(sql, record.chain, record.fromNumber, key, record.orphaned.map((b) => b.hash))
+      const orphaned = yield* orphanDetections(sql, record.chain, record.fromNumber, {
+        key,
+        hashes: record.orphaned.map((b) => b.hash),
+        offset
+      })
       const ancestor: BlockRef | null = record.commonAncestor
       const occurredAt = new Date(yield* Clock.currentTimeMillis)
       // Counting down from a lower head pays nothing new; the deliveries would be written as after a block.
@@ -280,8 +286,9 @@ export const makeApply = Effect.gen(function*() {
       } satisfies ApplyOutcome
     })
 
-  const applyOne = (message: BlockMessage) =>
-    (message.type === "block" ? applyBlockInTransaction(message) : applyReorgInTransaction(message)).pipe(
+  /** `offset`: the message's position in its partition, when it came from the log. */
+  const applyOne = (message: BlockMessage, offset?: bigint) =>
+    (message.type === "block" ? applyBlockInTransaction(message, offset) : applyReorgInTransaction(message, offset)).pipe(
       Effect.annotateLogs({
         chain: message.chain,
         block: (message.type === "block" ? message.number : message.fromNumber).toString()

@@ -66,7 +66,7 @@ export interface LockedCursor {
 
 export interface BlockRead {
   readonly cursor: LockedCursor
-  /** The block is one the last applied reorg record orphaned. */
+  /** The block is one the last applied reorg record orphaned, from before that record in the log. */
   readonly orphanedCopy: boolean
   /**
    * False when another matcher transaction committed between this statement's snapshot and its
@@ -113,7 +113,8 @@ export const readBlock = (
   sql: SqlClient.SqlClient,
   block: BlockContext,
   transfers: ReadonlyArray<BlockTransfer>,
-  lateWindowSeconds: number
+  lateWindowSeconds: number,
+  offset: bigint | undefined
 ) => {
   const n = block.number.toString()
   const bt = sql`to_timestamp(${block.timestamp}::double precision)`
@@ -123,7 +124,8 @@ export const readBlock = (
       INSERT INTO matcher_cursors (chain, number, hash) VALUES (${block.chain}, -1, NULL)
       ON CONFLICT (chain) DO UPDATE SET chain = EXCLUDED.chain
       RETURNING number, hash, last_reorg, finalized, updated_at, xmax = 0 AS inserted,
-        COALESCE(last_reorg_orphaned->>'key' = last_reorg AND last_reorg_orphaned->'hashes' ? ${block.hash}, false)
+        COALESCE(last_reorg_orphaned->>'key' = last_reorg AND last_reorg_orphaned->'hashes' ? ${block.hash}
+          AND ${offset === undefined ? null : offset.toString()}::numeric < (last_reorg_orphaned->>'offset')::numeric, false)
           AS orphaned_copy
     ),
     t AS (

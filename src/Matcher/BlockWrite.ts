@@ -214,15 +214,20 @@ const decodeOrphaned = Schema.decodeUnknown(Schema.Array(OrphanedRow))
 /**
  * Marks the chain's live detections from `fromNumber` on as orphaned, resets the transaction of
  * a payment not yet PAID among them (0 confirmations, its watch still open), and records the
- * reorg as the last applied (`reorgKey`), with the hashes of the blocks it orphaned. Returns the orphaned detections, with their payment's
+ * reorg as the last applied (its key), with the hashes of the blocks it orphaned and its
+ * position in the log. Returns the orphaned detections, with their payment's
  * account and status.
  */
 export const orphanDetections = (
   sql: SqlClient.SqlClient,
   chain: ChainName,
   fromNumber: bigint,
-  reorgKey: string,
-  orphanedHashes: ReadonlyArray<string>
+  reorg: {
+    readonly key: string
+    /** The blocks the record orphaned, and the record's position in its partition. */
+    readonly hashes: ReadonlyArray<string>
+    readonly offset: bigint | undefined
+  }
 ) =>
   sql`
     WITH orphan AS (
@@ -237,8 +242,9 @@ export const orphanDetections = (
         AND payments.block_hash = orphan.block_hash
     ),
     marked AS (
-      UPDATE matcher_cursors SET last_reorg = ${reorgKey},
-        last_reorg_orphaned = jsonb_build_object('key', ${reorgKey}::text, 'hashes', to_jsonb(${orphanedHashes}::text[]))
+      UPDATE matcher_cursors SET last_reorg = ${reorg.key},
+        last_reorg_orphaned = jsonb_build_object('key', ${reorg.key}::text, 'hashes', to_jsonb(${reorg.hashes}::text[]),
+                                                 'offset', ${reorg.offset === undefined ? null : reorg.offset.toString()}::text)
       WHERE chain = ${chain}
     )
     SELECT o.kind, o.watch_id AS id, o.tx_hash, o.block_number::text AS block_number, o.block_hash,

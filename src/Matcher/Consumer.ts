@@ -105,7 +105,11 @@ export const makeMatcherLoop = Effect.gen(function*() {
     const last = Chunk.lastNonEmpty(events)
     const traceparents = Chunk.toReadonlyArray(Chunk.map(events, (event) => event.source.headers[traceparentHeader]))
     const blocks = events.length === 1 ? heightOf(first) : `${heightOf(first)}..${heightOf(last)}`
-    return matcher.applyAll(Chunk.toReadonlyArray(Chunk.map(events, (event) => event.message)), traceparents).pipe(
+    return matcher.applyAll(
+      Chunk.toReadonlyArray(Chunk.map(events, (event) => event.message)),
+      traceparents,
+      Chunk.toReadonlyArray(Chunk.map(events, (event) => event.source.offset))
+    ).pipe(
       // The transaction has committed: only now may the offset move past the messages.
       Effect.zipLeft(outbox.committed),
       Effect.zipLeft(last.source.commit),

@@ -74,14 +74,16 @@ export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
      * transaction: each message is applied completely by its own statements, exactly as
      * alone, and the batch commits (or fails) as a whole. Batching only saves the commit's
      * flush per message when a backlog is waiting. Each message is a `Matcher.apply` span in
-     * the trace its `traceparents` entry names (the record's header), when given.
+     * the trace its `traceparents` entry names (the record's header), when given; `offsets`: each
+     * message's position in its partition, when it came from the log.
      */
     const applyAll = (
       messages: ReadonlyArray<BlockMessage>,
-      traceparents: ReadonlyArray<string | undefined> = []
+      traceparents: ReadonlyArray<string | undefined> = [],
+      offsets: ReadonlyArray<bigint | undefined> = []
     ): Effect.Effect<ReadonlyArray<ApplyOutcome>, SqlError> =>
       Effect.forEach(messages, (message, i) =>
-        applyOne(message).pipe(
+        applyOne(message, offsets[i]).pipe(
           withSpanContinuing("Matcher.apply", traceparents[i], {
             attributes: {
               chain: message.chain,

@@ -343,6 +343,20 @@ for (const kind of logKinds) {
         expect(yield* status(h, w)).toMatchObject({ status: "PAID", confirmations: 2 })
       }).pipe(Effect.scoped))
 
+    it.live("a block orphaned by a reorg and published again after it (the chain came back to it) is applied", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(kind)
+        const w = yield* createPayment(h)
+        const n = above(w.startBlock)
+        const first = block("ethereum", n, [{ to: w.address, value: w.amount }])
+        yield* h.publish(first, reorg("ethereum", n, n))
+        yield* h.settled("ethereum")
+        expect(yield* status(h, w)).toMatchObject({ status: "PENDING", tx_hash: null })
+        yield* h.publish(first, block("ethereum", n + 1n, []))
+        yield* h.settled("ethereum")
+        expect(yield* status(h, w)).toMatchObject({ status: "PAID", confirmations: 2, tx_hash: first.transfers[0]!.txHash })
+      }).pipe(Effect.scoped))
+
     it.live("a payment whose transfer a reorg took away past its expiry is not expired by the sweeper: the re-mined transfer pays it", () =>
       Effect.gen(function*() {
         const h = yield* makeHarness(kind)
@@ -376,9 +390,10 @@ for (const kind of logKinds) {
         const stale = block("ethereum", n, [{ to: orphanedTo.address, value: orphanedTo.amount }])
         yield* h.publish(stale, reorg("ethereum", n, n))
         yield* h.settled("ethereum")
-        // Its parent is the cursor's block: only the reorg record says it is not on the chain.
-        yield* h.publish(stale)
-        yield* h.settled("ethereum")
+        // The same message (offset 0, before the reorg record at 1) applied again, as a second
+        // reader would: its parent is the cursor's block; only the reorg record says it is gone.
+        const [again] = yield* h.matcher.applyAll([stale], [], [0n])
+        expect(again).toMatchObject({ applied: false })
         yield* h.publish(
           block("ethereum", n, [{ to: canonicalTo.address, value: canonicalTo.amount }], { fork: "b", parentFork: "a" }),
           block("ethereum", n + 1n, [], { fork: "b" })
