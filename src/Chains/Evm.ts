@@ -88,8 +88,9 @@ export const makeEvmClient = (
           ? new NodeRefused({
             method,
             message: describeRpcError(error),
-            // An HTTP 4xx is how some providers refuse a method they do not offer.
-            noSuchMethod: error instanceof HttpRequestError ||
+            // Some providers refuse a method they do not offer with an HTTP 404 or 405 (others
+            // with a 400 whose body says so, which the words catch); any other 4xx is this call failing.
+            noSuchMethod: (error instanceof HttpRequestError && (error.status === 404 || error.status === 405)) ||
               saysNoSuchMethod(error instanceof RpcError || error instanceof RpcRequestError ? error.code : undefined, describeRpcError(error))
           })
           : new ChainUnavailable({ chain, message: `${method}: ${describeRpcError(error)}` })
