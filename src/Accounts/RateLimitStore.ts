@@ -6,7 +6,7 @@
  * same as no bucket, so those are dropped whenever the map has doubled since the last sweep.
  */
 import { RateLimiter } from "@effect/experimental"
-import { Config, Data, Duration, Effect, Layer } from "effect"
+import { Config, Duration, Effect, Layer } from "effect"
 
 interface Bucket {
   tokens: number
@@ -80,18 +80,18 @@ export const clientRateConfig = (name: string, limit: number): Config.Config<Cli
     )
   })
 
-/** The client has used up its allowance; the next one is due in `retryAfterSeconds`. */
-export class AllowanceUsedUp extends Data.TaggedError("AllowanceUsedUp")<{ readonly retryAfterSeconds: number }> {}
-
 /**
  * Takes one of a client's allowance, as a token bucket: the whole allowance at once, then one
- * more each window / limit. Kept in this replica's memory: each replica allows the limit on
- * its own.
+ * more each window / limit; beyond it fails with `refused` (the rate, and the seconds until the
+ * next one is due). Kept in this replica's memory: each replica allows the limit on its own.
  */
-export const makeClientLimiter = (rate: ClientRate) =>
+export const makeClientLimiter = <E>(
+  rate: ClientRate,
+  refused: (limited: ClientRate & { readonly retryAfterSeconds: number }) => E
+) =>
   Effect.map(
     RateLimiter.make.pipe(Effect.provide(layerStoreMemoryBounded)),
-    (limiter) => (client: string): Effect.Effect<void, AllowanceUsedUp> =>
+    (limiter) => (client: string): Effect.Effect<void, E> =>
       rate.limit === 0 ? Effect.void : limiter.consume({
         algorithm: "token-bucket",
         onExceeded: "fail",
@@ -102,7 +102,7 @@ export const makeClientLimiter = (rate: ClientRate) =>
         Effect.asVoid,
         Effect.catchAll((error) =>
           error.reason === "Exceeded"
-            ? Effect.fail(new AllowanceUsedUp({ retryAfterSeconds: Math.max(1, Math.ceil(Duration.toSeconds(error.retryAfter))) }))
+            ? Effect.fail(refused({ ...rate, retryAfterSeconds: Math.max(1, Math.ceil(Duration.toSeconds(error.retryAfter))) }))
             : Effect.die(error)
         )
       )

@@ -72,12 +72,8 @@ export class Signup extends Effect.Service<Signup>()("confirmd/Signup", {
     const watches = yield* Watches
     const lifetimes = yield* Lifetimes
     const rate = yield* SignupRateLimit
-    const takeOne = yield* makeClientLimiter(rate)
-
     /** Takes one of the client's signups, or fails saying when the next one is due. */
-    const admit = (client: string) =>
-      Effect.catchTag(takeOne(client), "AllowanceUsedUp", (used) =>
-        Effect.fail(new SignupRateLimited({ limit: rate.limit, windowSeconds: rate.windowSeconds, retryAfterSeconds: used.retryAfterSeconds })))
+    const admit = yield* makeClientLimiter(rate, (limited) => new SignupRateLimited(limited))
 
     const subscribe = (input: SignupIn) =>
       Effect.gen(function*() {

@@ -67,7 +67,7 @@ export class Challenges extends Effect.Service<Challenges>()("confirmd/Challenge
     const webhookSecrets = yield* WebhookSecrets
     const minUsd = yield* ChallengeMinUsd
     const rate = yield* ChallengeRateLimit
-    const takeOne = yield* makeClientLimiter(rate)
+    const admit = yield* makeClientLimiter(rate, (limited) => new ChallengeRateLimited(limited))
 
     /** `client`: the caller's address (Http/ClientAddress.ts), the key of its limit; a refused request takes none of it. */
     const create = (input: ChallengeIn, client: string) =>
@@ -79,10 +79,7 @@ export class Challenges extends Effect.Service<Challenges>()("confirmd/Challenge
         if (input.callback_url !== null) {
           yield* checkRequestedCallbackUrl(input.callback_url)
         }
-        yield* Effect.catchTag(takeOne(client), "AllowanceUsedUp", (used) =>
-          Effect.fail(
-            new ChallengeRateLimited({ limit: rate.limit, windowSeconds: rate.windowSeconds, retryAfterSeconds: used.retryAfterSeconds })
-          ))
+        yield* admit(client)
         const opened = yield* watches.create({
           kind: "challenge",
           chain: chainOfDonationChain(target.chain),
