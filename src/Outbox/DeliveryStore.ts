@@ -55,10 +55,12 @@ export interface AttemptLog {
 
 /**
  * The `host[:port]` of a callback URL column, in lower case: the one definition of a host
- * for its share of the attempts (the claim ranks by it and returns it to count them).
+ * for its share of the attempts (the claim ranks by it and returns it to count them). A URL
+ * not written `scheme://host…` (stored before such text was refused) is its own host, so that
+ * it is attempted like any other and never fails the claim of the rows beside it.
  */
 const callbackHost = (sql: SqlClient.SqlClient, column: string) =>
-  sql.unsafe(`lower(substring(${column} FROM '^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]+)'))`)
+  sql.unsafe(`lower(COALESCE(substring(${column} FROM '^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]+)'), ${column}))`)
 
 export const makeDeliveryStore = (sql: SqlClient.SqlClient) => {
   const leased = (seconds: number) => sql`now() + make_interval(secs => ${seconds}::double precision)`

@@ -200,12 +200,30 @@ export const checkCallbackUrl = (raw: string) =>
   })
 
 /**
- * `checkCallbackUrl` for a URL a client gives (a payment's, a challenge's): refused with
+ * A client's URL text itself starts with the scheme, `//` and the host. The URL parser also
+ * reads `http:example.com`, backslashes for the slashes or a leading space as
+ * `http://example.com/`, but the text is what is stored, shown in the delivery log and read
+ * for the callback's host.
+ */
+const LITERAL_HTTP_URL = /^https?:\/\/[^/\\?#\s]/i
+
+/**
+ * `checkCallbackUrl` for a URL a client gives (a payment's, a challenge's), whose text must be
+ * written out as `LITERAL_HTTP_URL` says: refused with
  * `CallbackUrlRejected`; an unreadable CALLBACK_ALLOW_PRIVATE_NETWORKS is a defect of the
  * deployment, not of the request.
  */
 export const checkRequestedCallbackUrl = (raw: string) =>
-  checkCallbackUrl(raw).pipe(Effect.catchIf(ConfigError.isConfigError, Effect.die))
+  parseCallbackUrl(raw).pipe(
+    Effect.zipRight(
+      LITERAL_HTTP_URL.test(raw) && raw === raw.trim()
+        ? Effect.void
+        : reject(raw, "callback_url must be written as http://host/… or https://host/…, without surrounding spaces")
+    ),
+    Effect.zipRight(checkCallbackUrl(raw)),
+    Effect.catchIf(ConfigError.isConfigError, Effect.die)
+  )
+
 
 /** A `net` lookup through `resolver` that refuses non-public addresses (used when private networks are not allowed). */
 export const publicOnlyLookup = (resolver: Resolver): LookupFunction => (hostname, options, callback) =>

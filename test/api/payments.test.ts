@@ -246,6 +246,10 @@ layer(App.layer({ CALLBACK_ALLOW_PRIVATE_NETWORKS: "false", PRICE_CACHE_SECONDS:
       expectError(400, "bad_request")(yield* create({ usd_amount: "5", chain: "ethereum", callback_url: "http://10.1.2.3/hook" }))
       expectError(400, "bad_request")(yield* create({ usd_amount: "5", chain: "ethereum", callback_url: "http://localhost/hook" }))
       expectError(400, "bad_request")(yield* create({ usd_amount: "5", chain: "ethereum", callback_url: "not a url" }))
+      // Read by the URL parser as https://93.184.216.34/hook, but not written that way.
+      for (const callback_url of ["https:93.184.216.34/hook", "https:\\\\93.184.216.34/hook", "https:///93.184.216.34/hook", " https://93.184.216.34/hook"]) {
+        expectError(400, "bad_request")(yield* create({ usd_amount: "5", chain: "ethereum", callback_url }))
+      }
       for (const usd_amount of ["-5", "0", "abc", "", ".", "+-", "1e3", "１２", "1".repeat(40), -1, 0, null, true, [1], { x: 1 }]) {
         const r = yield* create({ usd_amount, chain: "ethereum", callback_url: hook })
         expectError(422, "validation_error")(r)

@@ -269,6 +269,18 @@ layer(DatabaseTest, { timeout: "120 seconds", excludeTestServices: true })("Webh
         sql`UPDATE webhook_deliveries SET status = 'dropped', finished_at = now() WHERE url = ${hanging.url}`).pipe(Effect.orDie)
     }).pipe(Effect.scoped))
 
+  it.effect("a callback URL not written scheme://host (stored before such text was refused) is delivered, and so is the row beside it", () =>
+    Effect.gen(function*() {
+      const receiver = yield* WebhookReceiver.make()
+      // The URL parser reads it as the receiver's URL; the claim once read no host in it and failed.
+      const unslashed = yield* insertDelivery(receiver.url.replace("http://", "http:"))
+      const beside = yield* insertDelivery(receiver.url)
+      yield* startDispatcher()
+      yield* waitForState(unslashed.id, (s) => s.status === "delivered")
+      yield* waitForState(beside.id, (s) => s.status === "delivered")
+      expect((yield* receiver.requests).map((r) => r.headers["webhook-id"]).sort()).toEqual([unslashed.id, beside.id].sort())
+    }).pipe(Effect.scoped))
+
   it.effect("a pending delivery survives a restart mid-backoff; the attempt count goes on", () =>
     Effect.gen(function*() {
       const receiver = yield* WebhookReceiver.make({ responses: [500, 500, 500, 200] })
