@@ -75,8 +75,11 @@ export const makeDeliveryStore = (sql: SqlClient.SqlClient) => {
    * replica has under way): an endpoint that hangs, with many deliveries due, holds only its
    * share of the slots, not every other merchant's.
    */
-  const claim = (limit: number, leaseSeconds: number, perHost: number, inFlight: ReadonlyMap<string, number>) =>
-    sql`
+  const claim = (limit: number, leaseSeconds: number, perHost: number, inFlight: ReadonlyMap<string, number>) => {
+    // Hosts with no slot left are not read at all: an endpoint that hangs with a backlog larger
+    // than the window would otherwise fill it, and nobody else's rows would be seen behind it.
+    const full = [...inFlight].flatMap(([host, attempts]) => (attempts >= perHost ? [host] : []))
+    return sql`
       UPDATE webhook_deliveries d
       SET next_attempt_at = ${leased(leaseSeconds)}
       FROM (
@@ -88,7 +91,7 @@ export const makeDeliveryStore = (sql: SqlClient.SqlClient) => {
             FROM (
               SELECT id, next_attempt_at, ${callbackHost(sql, "url")} AS host
               FROM webhook_deliveries
-              WHERE status = 'pending' AND next_attempt_at <= now()
+              WHERE status = 'pending' AND next_attempt_at <= now() AND ${callbackHost(sql, "url")} <> ALL(${full}::text[])
               ORDER BY next_attempt_at
               LIMIT ${Math.max(1_000, limit * 50)}
             ) due
@@ -122,6 +125,7 @@ export const makeDeliveryStore = (sql: SqlClient.SqlClient) => {
         }))
       )
     )
+  }
 
   /** Moves the lease of a claimed row `leaseSeconds` ahead from now. */
   const renewLease = (delivery: DueDelivery, leaseSeconds: number) =>

@@ -269,6 +269,24 @@ layer(DatabaseTest, { timeout: "120 seconds", excludeTestServices: true })("Webh
         sql`UPDATE webhook_deliveries SET status = 'dropped', finished_at = now() WHERE url = ${hanging.url}`).pipe(Effect.orDie)
     }).pipe(Effect.scoped))
 
+  it.effect("an endpoint that hangs with more deliveries due than one claim reads still holds only its share", () =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const hanging = yield* hangingEndpoint
+      const first = yield* insertDelivery(hanging.url)
+      // 1,500 more of its deliveries, all due an hour before the other merchant's.
+      yield* sql`
+        INSERT INTO webhook_deliveries (id, url, payload, signer, next_attempt_at)
+        SELECT d.id || ':' || g, d.url, d.payload, d.signer, now() - interval '1 hour' + g * interval '1 ms'
+        FROM webhook_deliveries d, generate_series(1, 1500) AS g WHERE d.id = ${first.id}`.pipe(Effect.orDie)
+      const receiver = yield* WebhookReceiver.make()
+      const other = yield* insertDelivery(receiver.url)
+      yield* startDispatcher({ CALLBACK_TIMEOUT_SECONDS: "300" })
+      yield* waitForState(other.id, (s) => s.status === "delivered")
+      expect(hanging.most()).toBe(4)
+      yield* sql`UPDATE webhook_deliveries SET status = 'dropped', finished_at = now() WHERE url = ${hanging.url}`.pipe(Effect.orDie)
+    }).pipe(Effect.scoped))
+
   it.effect("a callback URL not written scheme://host (stored before such text was refused) is delivered, and so is the row beside it", () =>
     Effect.gen(function*() {
       const receiver = yield* WebhookReceiver.make()
