@@ -5,6 +5,7 @@
  */
 import { Effect, Option } from "effect"
 import { Challenges } from "../Challenges/Challenges.ts"
+import { formatSmallest } from "../Domain/Money.ts"
 import { Payments } from "../Payments/Payments.ts"
 import { coinOf, type PaymentTarget } from "./WalletUri.ts"
 import { traced } from "../Tracing/Methods.ts"
@@ -100,9 +101,33 @@ export class Checkout extends Effect.Service<Checkout>()("confirmd/Checkout", {
   })
 }) {}
 
-/** The live part of the page, as `GET /pay/.../state` serves it. */
+/**
+ * What the page says of the state. A seen payment with its confirmations reached waits for its
+ * block to be final (`wait_for_finality`), while its count goes on past the threshold.
+ */
+export const stateText = (
+  view: Pick<CheckoutView, "state" | "confirmations" | "confirmationsRequired" | "receivedSmallest" | "coin">
+) => {
+  switch (view.state) {
+    case "waiting":
+      return "Waiting for your payment"
+    case "underpaid":
+      return `Received ${formatSmallest(view.receivedSmallest, view.coin.decimals)} ${view.coin.symbol}: send the rest`
+    case "seen":
+      return view.confirmations >= view.confirmationsRequired
+        ? `Payment seen: ${view.confirmationsRequired} of ${view.confirmationsRequired} confirmations; waiting for its block to be final`
+        : `Payment seen: ${view.confirmations} of ${view.confirmationsRequired} confirmations`
+    case "paid":
+      return "Paid. Thank you!"
+    case "expired":
+      return "Expired: do not pay to this address any more"
+  }
+}
+
+/** The live part of the page, as `GET /pay/.../state` serves it; `label` is what the page says of it. */
 export const liveState = (view: CheckoutView) => ({
   state: view.state,
+  label: stateText(view),
   confirmations: view.confirmations,
   confirmations_required: view.confirmationsRequired,
   // Smallest units as text: the page reloads when the remainder moved, for its new QR code.

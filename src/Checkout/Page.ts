@@ -11,29 +11,12 @@
 import { createHash } from "node:crypto"
 import { chains } from "../Domain/Chain.ts"
 import { formatSmallest } from "../Domain/Money.ts"
-import type { CheckoutView } from "./Checkout.ts"
+import { type CheckoutView, stateText } from "./Checkout.ts"
 
 const escape = (text: string) =>
   text.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", "\"": "&quot;", "'": "&#39;" })[c]!)
 
 const chainLabel = (chain: string) => chain === "bnb" ? "BNB Smart Chain" : chain === "zksync" ? "zkSync Era" : chain[0]!.toUpperCase() + chain.slice(1)
-
-const stateText = (
-  view: Pick<CheckoutView, "state" | "confirmations" | "confirmationsRequired" | "receivedSmallest" | "coin">
-) => {
-  switch (view.state) {
-    case "waiting":
-      return "Waiting for your payment"
-    case "underpaid":
-      return `Received ${formatSmallest(view.receivedSmallest, view.coin.decimals)} ${view.coin.symbol}: send the rest`
-    case "seen":
-      return `Payment seen: ${view.confirmations} of ${view.confirmationsRequired} confirmations`
-    case "paid":
-      return "Paid. Thank you!"
-    case "expired":
-      return "Expired: do not pay to this address any more"
-  }
-}
 
 const style = `
 *{box-sizing:border-box}
@@ -76,18 +59,17 @@ const script = `(function(){
 document.documentElement.className="js";
 var page=document.getElementById("checkout"),stateEl=document.getElementById("state"),countEl=document.getElementById("countdown"),txEl=document.getElementById("tx");
 var expires=Date.parse(page.getAttribute("data-expires")),statePath=page.getAttribute("data-state-path");
-var labels={waiting:"Waiting for your payment",paid:"Paid. Thank you!",expired:"Expired: do not pay to this address any more"};
 var asks=${JSON.stringify(settledAsks)};
 function settled(state){["qr","wallet"].forEach(function(id){var e=document.getElementById(id);if(e)e.remove();});
 document.querySelectorAll("button[data-copy]").forEach(function(b){b.remove();});document.getElementById("ask").textContent=asks[state];}
 function show(s){var asking=s.state==="waiting"||s.state==="underpaid";
 if(asking&&(s.remainder!==page.getAttribute("data-remainder")||!document.getElementById("qr"))){location.reload();return;}
 stateEl.setAttribute("data-state",s.state);
-if(s.state!=="underpaid")stateEl.textContent=s.state==="seen"?"Payment seen: "+s.confirmations+" of "+s.confirmations_required+" confirmations":labels[s.state];
+stateEl.textContent=s.label;
 if(s.tx_hash){txEl.textContent="Transaction "+s.tx_hash;}if(!asking)settled(s.state);tick();}
 function final(){var s=stateEl.getAttribute("data-state");return s==="paid"||s==="expired";}
 function tick(){var left=Math.max(0,Math.floor((expires-Date.now())/1000));
-if(final()&&stateEl.getAttribute("data-state")==="paid"){countEl.textContent="";return;}
+var st=stateEl.getAttribute("data-state");if(st==="paid"||st==="seen"){countEl.textContent="";return;}
 var m=Math.floor(left/60),s=left%60;countEl.textContent=left>0?"Expires in "+m+":"+(s<10?"0":"")+s:"Expired";}
 function poll(){if(final())return;fetch(statePath,{cache:"no-store"}).then(function(r){return r.ok?r.json():null}).then(function(s){if(s)show(s)}).catch(function(){}).then(function(){if(!final())setTimeout(poll,2000)});}
 document.querySelectorAll("button[data-copy]").forEach(function(b){b.addEventListener("click",function(){
@@ -162,7 +144,7 @@ export const checkoutPage = (view: CheckoutView, request: PaymentRequest | null,
 ${received}<p class="amount" id="amount" style="font-size:${amountFontSize(amountText)}">${escape(amountText)}</p>
 <p class="usd">${escape(view.usdAmount)} USD</p>
 <div class="state" id="state" data-state="${view.state}" role="status" aria-live="polite">${escape(stateText(view))}</div>
-<p class="expiry"><span id="countdown">${view.state === "paid" ? "" : `Expires at ${escape(expires.replace("T", " ").slice(0, 16))} UTC`}</span></p>
+<p class="expiry"><span id="countdown">${view.state === "paid" || view.state === "seen" ? "" : `Expires at ${escape(expires.replace("T", " ").slice(0, 16))} UTC`}</span></p>
 <p class="tx" id="tx">${view.txHash === null ? "" : `Transaction ${escape(view.txHash)}`}</p>
 ${
     request === null ? "" : `<div class="qr" id="qr" role="img" aria-label="QR code of the payment request">${request.qrSvg}</div>

@@ -157,6 +157,13 @@ describe("confirmation policy on anvil", () => {
       expect(waiting.confirmations).toBeGreaterThanOrEqual(2)
       expect(waiting.tx_hash).not.toBeNull()
       expect((yield* receiver.requests)).toHaveLength(0)
+      // The payer's page: its confirmations reached, waiting for finality, and no countdown
+      // to an expiry that can no longer come (its count went on past the threshold).
+      const live = yield* Effect.promise(() => fetch(`${app.baseUrl}/pay/${payment.payment_id}/state`).then((r) => r.json()))
+      expect(live).toMatchObject({ state: "seen", label: "Payment seen: 2 of 2 confirmations; waiting for its block to be final" })
+      const page = yield* Effect.promise(() => fetch(`${app.baseUrl}/pay/${payment.payment_id}`).then((r) => r.text()))
+      expect(page).toContain("Payment seen: 2 of 2 confirmations; waiting for its block to be final")
+      expect(page).not.toContain("Expires at")
 
       // One block at a time until the finalized block reaches the transfer's.
       const observed: Array<{ finalized: bigint; status: string }> = []
