@@ -10,7 +10,7 @@ import { ChallengeId, parseId } from "../Domain/Ids.ts"
 import { effectiveStatus, Lifetimes } from "../Watches/Lifetimes.ts"
 import { native, Watches } from "../Watches/Watches.ts"
 import { WebhookSecrets } from "../Webhooks/WebhookSecrets.ts"
-import { checkRequestedCallbackUrl } from "../Webhooks/CallbackUrl.ts"
+import { CallbackUrlRejected, checkRequestedCallbackUrl } from "../Webhooks/CallbackUrl.ts"
 import { type ChallengeIn, ChallengeOut, ChallengeStatusOut } from "./Api.ts"
 import { traced } from "../Tracing/Methods.ts"
 
@@ -69,7 +69,11 @@ export class Challenges extends Effect.Service<Challenges>()("confirmd/Challenge
     const rate = yield* ChallengeRateLimit
     const admit = yield* makeClientLimiter(rate, (limited) => new ChallengeRateLimited(limited))
 
-    /** `client`: the caller's address (Http/ClientAddress.ts), the key of its limit; a refused request takes none of it. */
+    /**
+     * `client`: the caller's address (Http/ClientAddress.ts), the key of its limit; a request
+     * refused for its input takes none of it, except a callback URL refused for what its host
+     * resolved to.
+     */
     const create = (input: ChallengeIn, client: string) =>
       Effect.gen(function*() {
         const target = yield* donations.resolve(input.chain)
@@ -77,7 +81,15 @@ export class Challenges extends Effect.Service<Challenges>()("confirmd/Challenge
           return yield* new AmountBelowMinimum({ minimumUsd: formatDecimal(minUsd), plan: null })
         }
         if (input.callback_url !== null) {
-          yield* checkRequestedCallbackUrl(input.callback_url)
+          yield* checkRequestedCallbackUrl(input.callback_url).pipe(
+            // Anyone may ask: what a name resolves to inside the deployment is not theirs to
+            // learn, and each such lookup takes one of their challenges.
+            Effect.catchIf((rejected) => rejected.byResolution === true, (rejected) =>
+              Effect.zipRight(
+                admit(client),
+                Effect.fail(new CallbackUrlRejected({ url: rejected.url, message: "callback_url must resolve to public addresses only" }))
+              ))
+          )
         }
         yield* admit(client)
         const opened = yield* watches.create({

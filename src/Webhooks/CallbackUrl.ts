@@ -21,7 +21,9 @@ import type { LookupFunction } from "node:net"
 
 export class CallbackUrlRejected extends Schema.TaggedError<CallbackUrlRejected>()("CallbackUrlRejected", {
   url: Schema.String,
-  message: Schema.String
+  message: Schema.String,
+  /** Refused for what its host resolved to (the message names it), not for how it is written. */
+  byResolution: Schema.optional(Schema.Boolean)
 }) {}
 
 export const AllowPrivateNetworks = Config.boolean("CALLBACK_ALLOW_PRIVATE_NETWORKS").pipe(Config.withDefault(false))
@@ -171,7 +173,8 @@ export const nonPublicRange = (address: string): string | undefined => {
   return inBlock(parsed, globalUnicast!) ? undefined : `${address} is outside 2000::/3 (not global unicast)`
 }
 
-const reject = (url: string, message: string) => Effect.fail(new CallbackUrlRejected({ url, message }))
+const reject = (url: string, message: string, byResolution?: boolean) =>
+  Effect.fail(new CallbackUrlRejected({ url, message, byResolution }))
 
 export const parseCallbackUrl = (raw: string): Effect.Effect<URL, CallbackUrlRejected> => {
   if (!URL.canParse(raw)) return reject(raw, "callback_url is not a valid absolute URL")
@@ -191,10 +194,10 @@ export const checkCallbackUrl = (raw: string) =>
     const host = url.hostname.replace(/^\[(.*)\]$/, "$1")
     const resolver = resolverFor(yield* CallbackDnsServers)
     const addresses = (yield* Effect.promise(() => resolveCallbackHost(resolver, host))).map((r) => r.address)
-    if (addresses.length === 0) return yield* reject(raw, `callback_url host ${host} does not resolve`)
+    if (addresses.length === 0) return yield* reject(raw, `callback_url host ${host} does not resolve`, true)
     const blocked = addresses.map(nonPublicRange).find((reason) => reason !== undefined)
     if (blocked !== undefined) {
-      return yield* reject(raw, `callback_url resolves to a non-public address: ${blocked}; private networks are not allowed`)
+      return yield* reject(raw, `callback_url resolves to a non-public address: ${blocked}; private networks are not allowed`, true)
     }
     return url
   })

@@ -69,7 +69,7 @@ layer(
       expect(again.body.api_key).toMatch(/^[0-9a-f]{64}$/)
     }))
 
-  it.effect("donation challenges are limited per client address: 429 with Retry-After; a refused request uses none", () =>
+  it.effect("donation challenges are limited per client address: 429 with Retry-After; a request refused for its input uses none, unless its callback host resolved inside", () =>
     Effect.gen(function*() {
       const app = yield* App
       const challengeFrom = (address: string, usd = "5") =>
@@ -82,6 +82,19 @@ layer(
       expectRetryAfter(refused, WINDOW_SECONDS / SIGNUPS)
       expect(refused.body.error.message).toContain(`at most ${SIGNUPS} per ${WINDOW_SECONDS} s`)
       expect((yield* challengeFrom("198.51.100.9")).status).toBe(200)
+      // A callback host that resolves inside the deployment: refused without saying to what,
+      // and each such lookup takes one of the caller's challenges.
+      const probe = () =>
+        app.request("POST", "/challenges", {
+          json: { chain: "ethereum", usd_amount: "5", callback_url: "http://localhost:5432/" },
+          headers: { "x-forwarded-for": "192.0.2.77" }
+        })
+      for (let i = 0; i < SIGNUPS; i++) {
+        const refusedProbe = yield* probe()
+        expect(refusedProbe.status).toBe(400)
+        expect(JSON.stringify(refusedProbe.body)).not.toMatch(/127\.0\.0\.1|::1|loopback/)
+      }
+      expect((yield* probe()).status).toBe(429)
       const again = yield* eventually(challengeFrom("203.0.113.9"), (r) => r.status === 200, WINDOW_SECONDS)
       expect(again.body.challenge_id).toMatch(/^[0-9a-f-]{36}$/)
     }))
