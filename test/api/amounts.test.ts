@@ -148,6 +148,42 @@ layer(App.layer({ PRICE_CACHE_SECONDS: "0", CALLBACK_ALLOW_PRIVATE_NETWORKS: "tr
       expect(intent.body.amount_native).toBe(donation.amount_native)
     }))
 
+  it.effect("the rest an underpaid payment expects is given to no other payment on its address, so its top-up pays it", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const sql = yield* databaseOf(app)
+      const shop = evmAddress()
+      const key = yield* merchantWith(app, "ethereum", [shop])
+      const status = (id: string) => Effect.map(app.request("GET", `/payments/${id}`, { key }), (r) => r.body as Json)
+      /** What arrived so far on `id` (in wei), as the matcher writes it for a short transfer. */
+      const underpay = (id: string, received: bigint, expired: boolean) =>
+        sql`UPDATE payments SET amount_received = ${received.toString()}::numeric, exception = 'underpaid'
+              ${expired ? sql`, status = 'EXPIRED', expires_at = now() - interval '1 minute'` : sql``}
+            WHERE id = ${id}::uuid`.pipe(Effect.orDie)
+      // 12.5 USD: 0.004166 ETH; 7.77 USD: 0.00259 ETH, the rest of the first after 0.001576.
+      const rest = 2590000000000000n
+      const short = yield* pay(app, key, { usd_amount: "12.5", chain: "ethereum" })
+      expect(BigInt(short.amount_wei) - rest).toBe(1576000000000000n)
+      yield* underpay(short.payment_id, 1576000000000000n, false)
+      const other = yield* pay(app, key, { usd_amount: "7.77", chain: "ethereum" })
+      expect(BigInt(other.amount_wei)).toBe(rest + 10n ** 12n)
+
+      // The payer sends the rest: it tops up the underpaid payment; the other is untouched.
+      yield* anvil.send(shop, rest)
+      yield* anvil.mine(2)
+      expect(yield* eventually(status(short.payment_id), (s) => s.status === "PAID")).toMatchObject({ exception: null })
+      expect(yield* status(other.payment_id)).toMatchObject({ status: "PENDING", amount_received_wei: "0" })
+
+      // Expired underpaid, inside its late window (its watch held): its rest is still expected.
+      const late = yield* pay(app, key, { usd_amount: "12.5", chain: "ethereum" })
+      expect(BigInt(late.amount_wei)).toBe(rest + 1576000000000000n)
+      yield* underpay(late.payment_id, 1576000000000000n, true)
+      expect(BigInt((yield* pay(app, key, { usd_amount: "7.77", chain: "ethereum" })).amount_wei)).toBe(rest + 2n * 10n ** 12n)
+      // Past its late window (its watch closed) the rest is free again.
+      yield* sql`UPDATE watches SET open = false WHERE id = ${late.payment_id}::uuid`.pipe(Effect.orDie)
+      expect(BigInt((yield* pay(app, key, { usd_amount: "7.77", chain: "ethereum" })).amount_wei)).toBe(rest)
+    }).pipe(Effect.scoped), { timeout: 60_000 })
+
   it.effect("a payer who sends exactly the amount shown gets the payment PAID", () =>
     Effect.gen(function*() {
       const app = yield* App
