@@ -181,7 +181,10 @@ export const makeRequestGuard = (api: HttpApi.HttpApi.Any) => {
   return (request: HttpServerRequest.HttpServerRequest) =>
     Effect.gen(function*() {
       const queryAt = request.url.indexOf("?")
-      const rawPath = queryAt === -1 ? request.url : request.url.slice(0, queryAt)
+      // Where the router ends the path: at "?", or at ";" or "#" (find-my-way-ts reads both as
+      // the start of a query too).
+      const pathEnd = request.url.search(/[?;#]/)
+      const rawPath = pathEnd === -1 ? request.url : request.url.slice(0, pathEnd)
       const segments = rawPath.split("/")
       const routed = routedSegments(rawPath)
       const route = routes.find((r) => matches(r, request.method, routed))
