@@ -16,6 +16,10 @@
  *
  * The embedded database (PGlite) serves one connection to one process: no other replica can
  * rotate a key, and a rotation here removes its hash itself (`forget`).
+ *
+ * `API_KEY_CACHE=false` reads every key: behind a pooler in transaction mode, LISTEN is held by
+ * whichever server connection took it, notifications reach no one, and the round trip above
+ * would still succeed.
  */
 import { Config, Data, Duration, Effect, Option, Redacted } from "effect"
 import pg from "pg"
@@ -36,6 +40,7 @@ class KeyListenerLost extends Data.TaggedError("KeyListenerLost")<{ readonly mes
 export class KeyCache extends Effect.Service<KeyCache>()("confirmd/KeyCache", {
   scoped: Effect.gen(function*() {
     const url = yield* Config.option(Config.redacted("DATABASE_URL"))
+    const enabled = yield* Config.boolean("API_KEY_CACHE").pipe(Config.withDefault(true))
     const replicaId = yield* replicaIdConfig
     const entries = new Map<string, AccountId>()
     const state = {
@@ -100,7 +105,7 @@ export class KeyCache extends Effect.Service<KeyCache>()("confirmd/KeyCache", {
      * answer is kept when no change came while it ran.
      */
     const lookup = <E, R>(keyHash: string, read: Effect.Effect<Option.Option<AccountId>, E, R>) =>
-      Effect.flatMap(caughtUp, (current) => {
+      !enabled ? read : Effect.flatMap(caughtUp, (current) => {
         if (!current) return read
         const cached = entries.get(keyHash)
         if (cached !== undefined) return Effect.succeed(Option.some(cached))
@@ -166,7 +171,7 @@ export class KeyCache extends Effect.Service<KeyCache>()("confirmd/KeyCache", {
         })
       }))
 
-    if (Option.isSome(url)) {
+    if (Option.isSome(url) && enabled) {
       const supervisor = yield* Supervisor
       yield* Effect.forkScoped(
         supervisor.supervise({ name: "api key listener", kind: "api-key-listener" }, listen(Redacted.value(url.value)))

@@ -5,7 +5,10 @@
  * cut, and on the embedded database.
  */
 import { describe, expect, layer } from "@effect/vitest"
-import { Effect, Fiber } from "effect"
+import { Reactivity } from "@effect/experimental"
+import { PgClient } from "@effect/sql-pg"
+import { Effect, Fiber, Redacted } from "effect"
+import { hashApiKey } from "../../src/Accounts/Accounts.ts"
 import { admin } from "../support/Database.ts"
 import { App, eventually, makeTestApp, subscribe, type TestApp } from "../support/TestApp.ts"
 
@@ -75,6 +78,19 @@ layer(App.layer(), { excludeTestServices: true, timeout: "120 seconds" })("API k
         expect(yield* accountWith(other, next)).toBe(200)
         key = next
       }
+    }))
+
+  it.scoped("with API_KEY_CACHE=false (a pooler in transaction mode, where notifications reach no one), a key changed in the database is refused at once", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const other = yield* makeTestApp({ DATABASE_URL: app.databaseUrl, REPLICA_ID: "key-cache-off", API_KEY_CACHE: "false" })
+      const key = yield* subscribe(app)
+      expect(yield* accountWith(other, key)).toBe(200)
+      expect(yield* accountWith(other, key)).toBe(200)
+      // As a rotation whose notification the pooler lost: the row changes, nothing is heard.
+      const sql = yield* PgClient.make({ url: Redacted.make(app.databaseUrl), maxConnections: 1 }).pipe(Effect.provide(Reactivity.layer))
+      yield* sql`UPDATE accounts SET api_key_hash = md5(random()::text) WHERE api_key_hash = ${hashApiKey(key)}`
+      expect(yield* accountWith(other, key)).toBe(401)
     }))
 })
 
