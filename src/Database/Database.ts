@@ -78,7 +78,12 @@ const pool = (config: pg.PoolConfig & { readonly application_name: string }, pre
     Effect.sync(() => {
       const made = new pg.Pool({
         ...config,
-        connectionTimeoutMillis: Duration.toMillis(connectTimeout)
+        connectionTimeoutMillis: Duration.toMillis(connectTimeout),
+        // A server gone without closing its connections (a failover, a host lost) would leave a
+        // statement waiting for its reply for good, past `statement_timeout`, which only the
+        // server enforces: the kernel's keepalive probes, from 10 s idle on, end the wait.
+        keepAlive: true,
+        keepAliveInitialDelayMillis: 10_000
       })
       // An idle connection's error surfaces on its next use; unhandled, it would end the process.
       made.on("error", () => {})
