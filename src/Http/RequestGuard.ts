@@ -180,11 +180,11 @@ export const makeRequestGuard = (api: HttpApi.HttpApi.Any) => {
   const routes = routesOf(api)
   return (request: HttpServerRequest.HttpServerRequest) =>
     Effect.gen(function*() {
-      const queryAt = request.url.indexOf("?")
-      // Where the router ends the path: at "?", or at ";" or "#" (find-my-way-ts reads both as
-      // the start of a query too).
-      const pathEnd = request.url.search(/[?;#]/)
-      const rawPath = pathEnd === -1 ? request.url : request.url.slice(0, pathEnd)
+      // The target as the router reads it (find-my-way-ts): an absolute-form target's origin
+      // dropped, then the path up to the first "?", ";" or "#", each the start of the query.
+      const target = request.url.startsWith("/") ? request.url : request.url.replace(/^https?:\/\/.*?\//, "/")
+      const queryAt = target.search(/[?;#]/)
+      const rawPath = queryAt === -1 ? target : target.slice(0, queryAt)
       const segments = rawPath.split("/")
       const routed = routedSegments(rawPath)
       const route = routes.find((r) => matches(r, request.method, routed))
@@ -198,7 +198,7 @@ export const makeRequestGuard = (api: HttpApi.HttpApi.Any) => {
         })
       })
       if (queryAt !== -1) {
-        for (const [key, value] of new URLSearchParams(request.url.slice(queryAt + 1))) {
+        for (const [key, value] of new URLSearchParams(target.slice(queryAt + 1))) {
           if (FORBIDDEN_TEXT.test(key) || FORBIDDEN_TEXT.test(value)) issues.push(invalidText(["query", key]))
         }
       }

@@ -146,6 +146,27 @@ layer(App.layer({ CALLBACK_ALLOW_PRIVATE_NETWORKS: "true" }), { excludeTestServi
       expect(locs(n)).toEqual([["body", "x", "y"]])
     }))
 
+  it.effect("the body's and the query's checks apply however the target is written: absolute form, ';' or '#' ending the path", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const undeclared = Buffer.from(JSON.stringify({ method: "subscribe", plan: "growth", referrer: "x" }))
+      for (const target of ["http://confirmd.test/signup", "http://x;y/signup", "http://a;b@x/signup;c", "/signup#x"]) {
+        const r = yield* changesNothing(app, exchange(app.baseUrl, post(target, undeclared)))
+        expectEnvelope(r, 422, "validation_error")
+        expect({ target, locs: locs(r) }).toEqual({ target, locs: [["body", "referrer"]] })
+      }
+      // The router reads a query after ";" or "#" as after "?": a NUL in it is refused there too.
+      const key = yield* subscribe(app)
+      for (const target of ["/transfers?address=%00", "/transfers;address=%00", "/transfers#address=%00"]) {
+        const r = yield* exchange(
+          app.baseUrl,
+          `GET ${target} HTTP/1.1\r\nHost: confirmd.test\r\nConnection: close\r\nX-API-Key: ${key}\r\n\r\n`
+        )
+        expectEnvelope(r, 422, "validation_error")
+        expect({ target, locs: locs(r) }).toEqual({ target, locs: [["query", "address"]] })
+      }
+    }))
+
   it.effect("/docs and the checkout pages send a CSP with frame-ancestors 'none' and nosniff; every response nosniff", () =>
     Effect.gen(function*() {
       const app = yield* App
