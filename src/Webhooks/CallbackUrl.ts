@@ -17,12 +17,12 @@ import { Config, ConfigError, Effect, Layer, Schema } from "effect"
 import ipaddr from "ipaddr.js"
 import type { LookupAddress, LookupOptions } from "node:dns"
 import { Resolver } from "node:dns/promises"
-import type { LookupFunction } from "node:net"
+import { isIP, type LookupFunction } from "node:net"
 
 export class CallbackUrlRejected extends Schema.TaggedError<CallbackUrlRejected>()("CallbackUrlRejected", {
   url: Schema.String,
   message: Schema.String,
-  /** Refused for what its host resolved to (the message names it), not for how it is written. */
+  /** Refused for what its host name resolved to (the message names it), not for how it is written. */
   byResolution: Schema.optional(Schema.Boolean)
 }) {}
 
@@ -194,10 +194,12 @@ export const checkCallbackUrl = (raw: string) =>
     const host = url.hostname.replace(/^\[(.*)\]$/, "$1")
     const resolver = resolverFor(yield* CallbackDnsServers)
     const addresses = (yield* Effect.promise(() => resolveCallbackHost(resolver, host))).map((r) => r.address)
-    if (addresses.length === 0) return yield* reject(raw, `callback_url host ${host} does not resolve`, true)
+    // An address written out is the caller's own; what a name resolves to is the resolver's.
+    const named = isIP(host) === 0
+    if (addresses.length === 0) return yield* reject(raw, `callback_url host ${host} does not resolve`, named)
     const blocked = addresses.map(nonPublicRange).find((reason) => reason !== undefined)
     if (blocked !== undefined) {
-      return yield* reject(raw, `callback_url resolves to a non-public address: ${blocked}; private networks are not allowed`, true)
+      return yield* reject(raw, `callback_url resolves to a non-public address: ${blocked}; private networks are not allowed`, named)
     }
     return url
   })
