@@ -3,30 +3,30 @@
  * /ops/status and carried by its chain-lock connection, so any replica can tell which one
  * holds which chain.
  *
- * `REPLICA_ID` (default `<hostname>-<pid>`, its last 45 bytes): unique per running process, at
- * most 45 bytes.
+ * `REPLICA_ID` (default `<hostname>-<pid>`, its last 45 characters): unique per running process,
+ * at most 45 printable ASCII characters.
  */
 import { Config, DateTime, Effect } from "effect"
 import { hostname } from "node:os"
 import packageJson from "../../package.json" with { type: "json" }
 
 /**
- * Bytes of an id that every connection's `application_name` (63 bytes in PostgreSQL) carries
- * whole after its longest prefix (`confirmd-ingester `): the chain locks' holders are read back
- * from it, and a cut id would not be this replica's own.
+ * Characters of an id that every connection's `application_name` (63 bytes in PostgreSQL)
+ * carries whole after its longest prefix (`confirmd-ingester `): the chain locks' holders are
+ * read back from it, and a cut id would not be this replica's own. Printable ASCII only, which
+ * PostgreSQL keeps as it is (it rewrites other characters).
  */
-export const MAX_REPLICA_ID_BYTES = 45
+export const MAX_REPLICA_ID_LENGTH = 45
+const REPLICA_ID = /^[\x20-\x7e]{1,45}$/
 
-/** `<hostname>-<pid>`, keeping its end when too long: where pod names tell replicas apart. */
-export const defaultReplicaId = (host: string, pid: number): string => {
-  const id = Buffer.from(`${host}-${pid}`)
-  return id.subarray(Math.max(0, id.length - MAX_REPLICA_ID_BYTES)).toString().replace(/^\uFFFD+/, "")
-}
+/** `<hostname>-<pid>` in printable ASCII, keeping its end when too long: where pod names tell replicas apart. */
+export const defaultReplicaId = (host: string, pid: number): string =>
+  `${host}-${pid}`.replace(/[^\x20-\x7e]/g, "-").slice(-MAX_REPLICA_ID_LENGTH)
 
 export const replicaIdConfig: Config.Config<string> = Config.string("REPLICA_ID").pipe(
   Config.validate({
-    message: `REPLICA_ID must be 1 to ${MAX_REPLICA_ID_BYTES} bytes (it is carried whole in PostgreSQL's application_name)`,
-    validation: (id) => id.length > 0 && Buffer.byteLength(id) <= MAX_REPLICA_ID_BYTES
+    message: `REPLICA_ID must be 1 to ${MAX_REPLICA_ID_LENGTH} printable ASCII characters (PostgreSQL's application_name carries it whole)`,
+    validation: (id) => REPLICA_ID.test(id)
   }),
   Config.withDefault(defaultReplicaId(hostname(), process.pid))
 )
