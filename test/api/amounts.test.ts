@@ -231,15 +231,29 @@ layer(App.layer(), { excludeTestServices: true })("free amounts on a step", (it)
   }
   const base = 10n ** 30n
 
-  it.effect("a watch opens at the first amount of its step ≥ the requested one that no open watch holds", () =>
+  it.effect("a watch opens at the first amount of its step ≥ the requested one that no open watch holds and no underpaid payment expects", () =>
     Effect.gen(function*() {
       const app = yield* App
       const db = yield* databaseOf(app)
-      const insert = (address: string, asset: string, amount: bigint, open: boolean) =>
+      const insert = (address: string, asset: string, amount: bigint, open: boolean, id: string = randomUUID()) =>
         db`
           INSERT INTO watches (id, kind, chain, address, asset, amount_smallest, expires_at, open)
-          VALUES (${randomUUID()}, 'payment', 'ethereum', ${address}, ${asset}, ${amount.toString()}::numeric,
+          VALUES (${id}, 'payment', 'ethereum', ${address}, ${asset}, ${amount.toString()}::numeric,
                   now() + interval '1 hour', ${open})`
+      const account = randomUUID()
+      yield* db`INSERT INTO accounts (id, api_key_hash) VALUES (${account}, ${randomUUID()})`
+      /** An underpaid payment on `address` still expecting `rest` (its own amount, held by its watch, far above). */
+      const underpaid = (address: string, rest: bigint, nth: number) =>
+        Effect.gen(function*() {
+          const id = randomUUID()
+          const amount = 2n * base + BigInt(nth)
+          yield* db`
+            INSERT INTO payments (id, account_id, chain, address, amount_smallest, usd_amount, callback_url, status,
+                                  start_block, expires_at, amount_received, exception)
+            VALUES (${id}, ${account}, 'ethereum', ${address}, ${amount.toString()}::numeric, 1, 'https://93.184.216.34/',
+                    'PENDING', 0, now() + interval '1 hour', ${(amount - rest).toString()}::numeric, 'underpaid')`
+          yield* insert(address, "native", amount, true, id)
+        })
       // Held amounts on the step and off it (another step's, or one smallest unit's).
       const amounts = fc.uniqueArray(fc.integer({ min: 0, max: 400 }), { maxLength: 40 })
       const property = fc.asyncProperty(
@@ -248,11 +262,17 @@ layer(App.layer(), { excludeTestServices: true })("free amounts on a step", (it)
         amounts,
         amounts,
         fc.array(fc.integer({ min: 0, max: 40 }), { minLength: 1, maxLength: 8 }),
-        (step, open, closed, elsewhere, requests) =>
+        fc.uniqueArray(fc.integer({ min: 0, max: 400 }), { maxLength: 4 }),
+        (step, open, closed, elsewhere, requests, rests) =>
           Effect.runPromise(Effect.gen(function*() {
             const address = evmAddress()
             const taken = new Set(open.map((offset) => base + BigInt(offset)))
             for (const offset of open) yield* insert(address, "native", base + BigInt(offset), true)
+            // The rest an underpaid payment expects is no one else's amount either.
+            for (const [nth, offset] of rests.entries()) {
+              yield* underpaid(address, base + BigInt(offset), nth)
+              taken.add(base + BigInt(offset))
+            }
             // Closed watches, other assets and other addresses hold nothing here.
             for (const offset of closed) yield* insert(address, "native", base + BigInt(offset), false)
             for (const offset of elsewhere) {
