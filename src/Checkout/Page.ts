@@ -65,7 +65,7 @@ document.querySelectorAll("button[data-copy]").forEach(function(b){b.remove();})
 function show(s){var asking=s.state==="waiting"||s.state==="underpaid";
 if(asking&&(s.remainder!==page.getAttribute("data-remainder")||!document.getElementById("qr"))){location.reload();return;}
 stateEl.setAttribute("data-state",s.state);
-stateEl.textContent=s.label;
+if(s.label)stateEl.textContent=s.label;
 if(s.tx_hash){txEl.textContent="Transaction "+s.tx_hash;}if(!asking)settled(s.state);tick();}
 function final(){var s=stateEl.getAttribute("data-state");return s==="paid"||s==="expired";}
 function tick(){var left=Math.max(0,Math.floor((expires-Date.now())/1000));
