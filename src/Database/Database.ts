@@ -81,7 +81,9 @@ const pool = (config: pg.PoolConfig & { readonly application_name: string }, pre
         connectionTimeoutMillis: Duration.toMillis(connectTimeout),
         // A server gone without closing its connections (a failover, a host lost) would leave a
         // statement waiting for its reply for good, past `statement_timeout`, which only the
-        // server enforces: the kernel's keepalive probes, from 10 s idle on, end the wait.
+        // server enforces: keepalive probes from 10 s idle on (10, a second apart, as Node sets
+        // them) end the wait about 20 s later. A statement the server never acknowledged waits
+        // out TCP's retransmissions instead (about 15 minutes with Linux's defaults).
         keepAlive: true,
         keepAliveInitialDelayMillis: 10_000
       })
