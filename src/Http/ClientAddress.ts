@@ -24,11 +24,23 @@ const ipv6Groups = (address: string): Option.Option<ReadonlyArray<string>> => {
 }
 
 /**
+ * The address alone, as proxies also write it: a `Forwarded` element's `for=` (quoted or not),
+ * with a port after an IPv4 address (`192.0.2.7:51234`) or a bracketed IPv6 one
+ * (`[2001:db8::1]:443`). Each connection of one client has its own port: kept, it would give
+ * each its own allowance.
+ */
+const hostOf = (value: string): string => {
+  const forwarded = /(?:^|;)\s*for=("?)([^;"]*)\1/.exec(value)
+  const address = forwarded === null ? value : forwarded[2]!.trim()
+  return /^(\d+\.\d+\.\d+\.\d+):\d+$/.exec(address)?.[1] ?? /^\[([^\]]+)\](?::\d+)?$/.exec(address)?.[1] ?? address
+}
+
+/**
  * The key a client is limited under: an IPv4 address (IPv4-mapped IPv6 included) as such, an
  * IPv6 address by its /64, the smallest block a subscriber is usually given.
  */
 export const clientKey = (address: string): string => {
-  const trimmed = address.trim().toLowerCase().replace(/^\[|\]$/g, "").replace(/%.*$/, "")
+  const trimmed = hostOf(address.trim().toLowerCase()).replace(/^\[|\]$/g, "").replace(/%.*$/, "")
   const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(trimmed)
   if (mapped !== null) return mapped[1]!
   return Option.match(ipv6Groups(trimmed), {
