@@ -17,7 +17,7 @@ import packageJson from "../../package.json" with { type: "json" }
  * PostgreSQL keeps as it is (it rewrites other characters).
  */
 export const MAX_REPLICA_ID_LENGTH = 45
-const REPLICA_ID = /^[\x20-\x7e]{1,45}$/
+const REPLICA_ID = new RegExp(`^[\\x20-\\x7e]{1,${MAX_REPLICA_ID_LENGTH}}$`)
 
 /** `<hostname>-<pid>` in printable ASCII, keeping its end when too long: where pod names tell replicas apart. */
 export const defaultReplicaId = (host: string, pid: number): string =>
