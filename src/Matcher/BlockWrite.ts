@@ -34,9 +34,11 @@ export interface RecordsSink {
 
 /**
  * The confirmed intents and challenges of a block as parts of the write: their updates (with a
- * signup's subscription activated and their watches closed), their detections, and the rows the
- * statement returns. Most blocks confirm none, and then the parts are left out rather than run
- * empty.
+ * signup's subscription activated), their detections, and the rows the statement returns. Their
+ * watches stay open, holding the amount until the sweeper closes them after the late window:
+ * freed at once, it could be given to a newer intent or challenge, and a duplicate of the
+ * donation, or its transaction mined again after a reorg, would confirm that one. Most blocks
+ * confirm none, and then the parts are left out rather than run empty.
  */
 const donationStatements = (
   sql: SqlClient.SqlClient,
@@ -71,9 +73,6 @@ const donationStatements = (
     activated AS (
       UPDATE subscriptions SET status = 'active', updated_at = now()
       FROM i WHERE subscriptions.account_id = i.account_id AND subscriptions.status = 'pending'
-    ),
-    closed AS (
-      UPDATE watches SET open = false WHERE id IN (SELECT id FROM i UNION ALL SELECT id FROM c)
     ),`,
     detections: sql`
       UNION ALL SELECT id, 'intent', ${block.chain}, tx_hash, ${n}::bigint, ${block.hash} FROM i

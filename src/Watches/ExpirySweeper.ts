@@ -1,9 +1,11 @@
 /**
- * Moves PENDING payments, signup intents and challenges past their expiry to EXPIRED and closes
- * their watches, freeing their amounts. Reads already show EXPIRED before this runs (see
- * `effectiveStatus`); the sweeper makes it durable. A payment's watch is closed only once the
- * late window (`LATE_PAYMENT_WINDOW_SECONDS`) has passed too: until then a transfer of its
- * amount is its payer's, paid late, and no newer payment on the address is given that amount.
+ * Moves PENDING payments, signup intents and challenges past their expiry to EXPIRED, and closes
+ * their watches once the late window (`LATE_PAYMENT_WINDOW_SECONDS`) has passed too, freeing
+ * their amounts. Reads already show EXPIRED before this runs (see `effectiveStatus`); the
+ * sweeper makes it durable. Until its watch closes, a transfer of a payment's amount is its
+ * payer's, paid late, and no newer payment, intent or challenge on the address is given the
+ * amount of any of them (a confirmed intent's or challenge's included: the matcher leaves
+ * their watches open).
  * A payment whose transfer was detected in time, then orphaned by a reorg, stays PENDING through
  * that window, so the transfer mined again pays it. Expiry is
  * judged by block time, as the matcher does: a watch is only closed once its chain's matcher
@@ -58,25 +60,31 @@ export const sweepExpired = Effect.gen(function*() {
           AND (p.expires_at + ${late} <= now() OR NOT EXISTS (SELECT 1 FROM detections d WHERE d.watch_id = p.id))
         RETURNING id
       ),
-      -- A payment's watch holds its amount through the late window: a late payer's transfer
-      -- must not complete a newer payment given the same amount on the address.
+      -- A watch holds its amount through the late window: a late payer's transfer must not
+      -- complete a newer payment, intent or challenge given the same amount on the address.
+      -- So does the watch of a confirmed intent or challenge: a duplicate of its donation, or
+      -- its transaction mined again after a reorg, must not confirm a newer one.
       closed AS (
         UPDATE watches w SET open = false
-        WHERE open
-          AND ((w.kind = 'payment' AND w.expires_at <= now() - ${late})
-               OR (w.kind IN ('intent', 'challenge') AND w.expires_at <= now()))
+        WHERE open AND w.expires_at <= now() - ${late}
           AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = w.id AND p.tx_hash IS NOT NULL)
-          AND ${matchedPast(sql`w.chain`, sql`w.expires_at + CASE WHEN w.kind = 'payment' THEN ${late} ELSE interval '0' END`)}
-        RETURNING id, kind
+          AND ${matchedPast(sql`w.chain`, sql`w.expires_at + ${late}`)}
+      ),
+      -- Intents and challenges still pending expire with their lifetime, found by their held
+      -- watches (open until the late window ends, so every pending one past expiry has one).
+      due_donations AS (
+        SELECT w.id FROM watches w
+        WHERE w.open AND w.kind IN ('intent', 'challenge') AND w.expires_at <= now()
+          AND ${matchedPast(sql`w.chain`, sql`w.expires_at`)}
       ),
       intents_expired AS (
         UPDATE signup_intents SET status = 'EXPIRED'
-        WHERE id IN (SELECT id FROM closed WHERE kind = 'intent') AND status = 'PENDING'
+        WHERE id IN (SELECT id FROM due_donations) AND status = 'PENDING'
         RETURNING id
       ),
       challenges_expired AS (
         UPDATE challenges SET status = 'EXPIRED'
-        WHERE id IN (SELECT id FROM closed WHERE kind = 'challenge') AND status = 'PENDING'
+        WHERE id IN (SELECT id FROM due_donations) AND status = 'PENDING'
         RETURNING id
       )
       SELECT 'payment' AS kind, count(*)::text AS expired FROM payments_expired

@@ -64,8 +64,8 @@ layer(App.layer({ PRICE_CACHE_SECONDS: "0" }), { excludeTestServices: true })("c
     }))
 })
 
-layer(App.layer({ CHALLENGE_TTL: "1", EXPIRY_SWEEP_SECONDS: "1" }), { excludeTestServices: true })("challenge expiry", (it) => {
-  it.effect("expires and frees its exact amount", () =>
+layer(App.layer({ CHALLENGE_TTL: "1", EXPIRY_SWEEP_SECONDS: "1", LATE_PAYMENT_WINDOW_SECONDS: "1" }), { excludeTestServices: true })("challenge expiry", (it) => {
+  it.effect("expires and frees its exact amount once the late window has passed too", () =>
     Effect.gen(function*() {
       const app = yield* App
       const first = yield* app.request("POST", "/challenges", { json: { chain: "ethereum", usd_amount: "2" } })
@@ -73,9 +73,9 @@ layer(App.layer({ CHALLENGE_TTL: "1", EXPIRY_SWEEP_SECONDS: "1" }), { excludeTes
       expect(second.body.amount_smallest).not.toBe(first.body.amount_smallest)
       yield* eventually(app.request("GET", `/challenges/${first.body.challenge_id}`), (r) => r.body.status === "EXPIRED")
       yield* eventually(app.request("GET", `/challenges/${second.body.challenge_id}`), (r) => r.body.status === "EXPIRED")
-      // Expiry is judged by block time (whole seconds): once a block from after the expiry has
-      // been matched, the sweeper closes both watches and the base amount is free again. The
-      // chain moves on as a live one would.
+      // Expiry is judged by block time (whole seconds): once a block from after the expiry and
+      // its late window has been matched, the sweeper closes both watches and the base amount
+      // is free again. The chain moves on as a live one would.
       const third = yield* eventually(
         anvil.mine(1).pipe(
           Effect.zipRight(app.request("POST", "/challenges", { json: { chain: "ethereum", usd_amount: "2" } }))

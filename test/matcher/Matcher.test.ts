@@ -470,7 +470,65 @@ for (const kind of logKinds) {
           }
         })
         expect(yield* deliveries(h)).toEqual([])
-        expect(yield* watchOpen(h, intent.intent_id)).toBe(false)
+        // The amount stays held (see the two tests below).
+        expect(yield* watchOpen(h, intent.intent_id)).toBe(true)
+      }).pipe(Effect.scoped))
+
+    it.live("a late donor's transfer confirms no newer intent: an expired intent's amount stays held through the late window", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(kind)
+        const signup = () =>
+          Effect.map(
+            h.app.request("POST", "/signup", { json: { method: "donation", chain: "ethereum", usd_amount: "5", plan: "starter" } }),
+            (r) => ({ key: r.body.api_key as string, intent: r.body.donation })
+          )
+        const alice = yield* signup()
+        const [row] = yield* h.sql<{ start_block: string; expires: number }>`
+          UPDATE watches SET expires_at = now() - interval '1 second' WHERE id = ${alice.intent.intent_id}
+          RETURNING start_block::text AS start_block, extract(epoch FROM expires_at)::float8 AS expires`.pipe(Effect.orDie)
+        yield* h.sql`UPDATE signup_intents SET expires_at = now() - interval '1 second'
+          WHERE id = ${alice.intent.intent_id}`.pipe(Effect.orDie)
+        const n = above(BigInt(row!.start_block))
+        // The chain moves past Alice's expiry; the sweeper makes it durable.
+        yield* h.publish(block("ethereum", n, [], { timestamp: Math.floor(row!.expires) + 1 }))
+        yield* h.settled("ethereum")
+        yield* sweepExpired.pipe(Effect.provide(MatcherCursors.Default), Effect.provideService(SqlClient.SqlClient, h.sql), Effect.orDie)
+        expect((yield* h.app.request("GET", `/signup/${alice.intent.intent_id}`)).body.status).toBe("EXPIRED")
+
+        const bob = yield* signup()
+        expect(bob.intent.amount_smallest).not.toBe(alice.intent.amount_smallest)
+        // Alice pays late: Bob's account is not activated by her money.
+        yield* h.publish(block("ethereum", n + 1n, [{ to: alice.intent.address, value: BigInt(alice.intent.amount_smallest) }]))
+        yield* h.settled("ethereum")
+        expect((yield* h.app.request("GET", `/signup/${bob.intent.intent_id}`)).body)
+          .toMatchObject({ status: "PENDING", account_status: "pending" })
+        expect((yield* h.app.request("GET", `/signup/${alice.intent.intent_id}`)).body.status).toBe("EXPIRED")
+      }).pipe(Effect.scoped))
+
+    it.live("a confirmed challenge's transaction mined again after a reorg confirms no newer challenge given its amount", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(kind)
+        const challenge = () =>
+          Effect.map(h.app.request("POST", "/challenges", { json: { chain: "ethereum", usd_amount: "2" } }), (r) => r.body)
+        const first = yield* challenge()
+        const [row] = yield* h.sql<{ start_block: string }>`
+          SELECT start_block::text AS start_block FROM watches WHERE id = ${first.challenge_id}`.pipe(Effect.orDie)
+        const n = above(BigInt(row!.start_block))
+        const tx = txHash()
+        const paying = { to: first.address, value: BigInt(first.amount_smallest), txHash: tx }
+        yield* h.publish(block("ethereum", n, [paying]))
+        yield* h.settled("ethereum")
+        expect((yield* h.app.request("GET", `/challenges/${first.challenge_id}`)).body.status).toBe("CONFIRMED")
+        // A reorg takes the block away; meanwhile another challenge of the same price is made.
+        yield* h.publish(reorg("ethereum", n, n), block("ethereum", n, [], { fork: "b", parentFork: "a" }))
+        yield* h.settled("ethereum")
+        const second = yield* challenge()
+        expect(second.amount_smallest).not.toBe(first.amount_smallest)
+        // The donor's transaction mined again: the first challenge's, not the second's.
+        yield* h.publish(block("ethereum", n + 1n, [paying], { fork: "b" }))
+        yield* h.settled("ethereum")
+        expect((yield* h.app.request("GET", `/challenges/${second.challenge_id}`)).body.status).toBe("PENDING")
+        expect((yield* outbox(h, second.challenge_id)).map((e) => e.type)).toEqual([])
       }).pipe(Effect.scoped))
 
     it.live("confirms a challenge and writes its callback delivery with the exact body", () =>

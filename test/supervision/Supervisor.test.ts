@@ -286,7 +286,7 @@ describe("every supervised fiber comes back from a fault", () => {
       const fired = yield* faultOnce(env.sql, "watches", "UPDATE")
       yield* Effect.orDie(env.sql`
         INSERT INTO watches (id, kind, chain, address, amount_smallest, expires_at)
-        VALUES (${randomUUID()}, 'intent', 'ethereum', '0x3333333333333333333333333333333333333333', 1, now() - interval '1 minute')`)
+        VALUES (${randomUUID()}, 'intent', 'ethereum', '0x3333333333333333333333333333333333333333', 1, now() - interval '2 days')`)
       yield* env.run
       yield* restartedOnce(env, "expiry-sweeper", "injected fault on watches")
       expect(yield* fired).toBe(1)
