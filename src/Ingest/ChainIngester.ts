@@ -5,7 +5,10 @@
  * up the next run (at most 64 blocks, about 10,000 transfers), published and recorded
  * together: one block when the chain is followed live, one publish and one cursor write per
  * run when catching up. Delivery is at-least-once: a crash between the publish and the
- * cursor write publishes that run again, and consumers are idempotent.
+ * cursor write publishes that run again, and consumers are idempotent. A run's headers are
+ * staged before it is published, so that when the chain has meanwhile replaced one of its
+ * blocks, the next attempt publishes a reorg record before the replacement instead of a
+ * second block at a height the log may already hold.
  *
  * Finality (EVM chains): each poll that finds new blocks also asks the node for its
  * `finalized` block, beside fetching the blocks (one call per poll, however many blocks), and
@@ -58,6 +61,7 @@ import {
   pollDelayMillis,
   published,
   reorgOf,
+  replacesStaged,
   rewound,
   startState
 } from "./IngestLoop.ts"
@@ -151,21 +155,10 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
         yield* awaitHead(head, newestBlockMs)
       })
 
-    /** Publishes the reorg below the kept headers, comparing them with the node up to `nodeHead`. */
-    const reorg = (state: LoopState, nodeHead: bigint) =>
+    /** Publishes the reorg record that orphans `orphaned` (oldest first) and rewinds the cursor to `ancestor`. */
+    const publishReorg = (state: LoopState, orphaned: ReadonlyArray<BlockRef>, ancestor: BlockRef | null) =>
       Effect.gen(function*() {
-        yield* supervisor.step("finding the common ancestor of a reorg")
-        const known = yield* cursors.headers(chain)
-        // Newest first: the first kept header still on the node's chain is the common ancestor.
-        const ancestor = yield* Effect.findFirst(known, (header) =>
-          header.number <= nodeHead
-            ? Effect.map(clients.blockHash(chain, header.number), (hash) => hash === header.hash)
-            : Effect.succeed(false))
-        const orphaned = Arr.reverse(Option.match(ancestor, {
-          onNone: () => known,
-          onSome: (found) => known.slice(0, known.indexOf(found))
-        }))
-        const { record, to } = reorgOf({ chain, orphaned, ancestor: Option.getOrNull(ancestor), next: state.next })
+        const { record, to } = reorgOf({ chain, orphaned, ancestor, next: state.next })
         const details = { fromNumber: String(record.fromNumber), depth: orphaned.length }
         if (record.commonAncestor === null) {
           yield* Effect.logError(`reorg deeper than the ${settings.reorgDepth} kept headers; continuing unchecked`)
@@ -183,6 +176,28 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
         return rewound(state, to)
       })
 
+    /**
+     * Publishes the reorg below the kept headers, comparing them with the node up to
+     * `nodeHead`. Headers staged above the tip are orphaned with it: the tip is off the
+     * node's chain, so whatever was published on top of it is too.
+     */
+    const reorg = (state: LoopState, nodeHead: bigint) =>
+      Effect.gen(function*() {
+        yield* supervisor.step("finding the common ancestor of a reorg")
+        const known = yield* cursors.headers(chain)
+        const tipNumber = state.tip?.number ?? null
+        // Newest first: the first kept header still on the node's chain is the common ancestor.
+        const ancestor = yield* Effect.findFirst(known, (header) =>
+          header.number <= nodeHead && (tipNumber === null || header.number <= tipNumber)
+            ? Effect.map(clients.blockHash(chain, header.number), (hash) => hash === header.hash)
+            : Effect.succeed(false))
+        const orphaned = Arr.reverse(Option.match(ancestor, {
+          onNone: () => known,
+          onSome: (found) => known.slice(0, known.indexOf(found))
+        }))
+        return yield* publishReorg(state, orphaned, Option.getOrNull(ancestor))
+      })
+
     /** One run from the stored cursor; fails on the first error. */
     const attempt = (progressed: Effect.Effect<void>) => {
       /** Publishes `extending` (it extends the cursor) in one publish and one cursor write. */
@@ -196,6 +211,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
           const refs = Arr.map(extending, (block): BlockRef => ({ number: block.number, hash: block.hash }))
           const ref = Arr.lastNonEmpty(refs)
           yield* supervisor.step(`publishing blocks ${refs[0].number}..${ref.number}`)
+          yield* cursors.stage(chain, refs)
           // A run under way is finished on shutdown or when the chain's lock goes.
           yield* Effect.uninterruptible(Effect.zipRight(
             eventLog.publish(outgoingBlocks(
@@ -219,12 +235,21 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
 
       /**
        * Publishes the blocks of `run` that extend the cursor; a block that does not extend it
-       * is a reorg: handled, and says stop (`linked` false).
+       * is a reorg: handled, and says stop (`linked` false). So is a block that replaces a
+       * staged header: the log may hold the block it replaces, after a run that reached the
+       * log and then failed to move the cursor.
        */
       const accept = (state: LoopState, run: ReadonlyArray<ChainBlock>, nodeHead: bigint, finalized: Option.Option<bigint>) =>
         Effect.gen(function*() {
-          const extending = run.slice(0, linkedLength(state.tip?.hash ?? null, run))
+          const linked = run.slice(0, linkedLength(state.tip?.hash ?? null, run))
+          const replacing = replacesStaged(state.staged, linked)
+          const extending = replacing === -1 ? linked : linked.slice(0, replacing)
           const after = Arr.isNonEmptyReadonlyArray(extending) ? yield* publish(state, extending, finalized) : state
+          if (replacing !== -1) {
+            const tip = after.tip
+            const ancestor = tip === null || tip.hash === null ? null : { number: tip.number, hash: tip.hash }
+            return { state: yield* publishReorg(after, after.staged, ancestor), linked: false }
+          }
           return extending.length < run.length
             ? { state: yield* reorg(after, nodeHead), linked: false }
             : { state: after, linked: true }
@@ -299,7 +324,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
         }
         const initial = startState(
           stored !== null
-            ? { _tag: "Resume", tip: stored }
+            ? { _tag: "Resume", tip: stored, staged: Arr.reverse(yield* cursors.headers(chain)) }
             : { _tag: "Start", start: Option.isSome(settings.startBlock) ? settings.startBlock.value : yield* clients.head(chain) }
         )
         return yield* Effect.iterate(initial, { while: () => true, body: poll })

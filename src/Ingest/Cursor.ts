@@ -43,11 +43,24 @@ export class IngestCursors extends Effect.Service<IngestCursors>()("confirmd/Ing
         Effect.map((rows) => Option.fromNullable(rows[0]))
       )
 
-    /** The kept headers, newest first. */
+    /** The kept headers, newest first (with any staged above the cursor). */
     const headers = (chain: ChainName): Effect.Effect<ReadonlyArray<BlockRef>, SqlError.SqlError> =>
       sql`SELECT number::text AS number, hash FROM ingest_headers WHERE chain = ${chain} ORDER BY ingest_headers.number DESC`.pipe(
         Effect.flatMap((rows) => Effect.orDie(decodeRefs(rows)))
       )
+
+    const upsertHeaders = (chain: ChainName, blocks: ReadonlyArray<BlockRef>) =>
+      sql`INSERT INTO ingest_headers ${sql.insert(blocks.map((block) => ({ chain, number: String(block.number), hash: block.hash })))}
+          ON CONFLICT (chain, number) DO UPDATE SET hash = excluded.hash`
+
+    /**
+     * Records `blocks` (a run, oldest first) as about to be published, before it is. A run
+     * that reaches the log and then fails to move the cursor leaves its headers above the
+     * cursor: the next attempt that fetches another block at such a height publishes a reorg
+     * record first, since the log may hold the block it replaces (see ChainIngester.ts).
+     */
+    const stage = (chain: ChainName, blocks: Arr.NonEmptyReadonlyArray<BlockRef>): Effect.Effect<void, SqlError.SqlError> =>
+      Effect.asVoid(upsertHeaders(chain, blocks))
 
     /**
      * Records `blocks` (consecutive, oldest first) as published: the newest is
@@ -59,10 +72,8 @@ export class IngestCursors extends Effect.Service<IngestCursors>()("confirmd/Ing
       depth: number
     ): Effect.Effect<void, SqlError.SqlError> => {
       const newest = Arr.lastNonEmpty(blocks)
-      const kept = blocks.slice(-depth)
       return Effect.all([
-        sql`INSERT INTO ingest_headers ${sql.insert(kept.map((block) => ({ chain, number: String(block.number), hash: block.hash })))}
-            ON CONFLICT (chain, number) DO UPDATE SET hash = excluded.hash`,
+        upsertHeaders(chain, blocks.slice(-depth)),
         setTip(chain, newest),
         sql`DELETE FROM ingest_headers WHERE chain = ${chain} AND number <= ${String(newest.number - BigInt(depth))}`
       ], { discard: true }).pipe(sql.withTransaction)
@@ -88,6 +99,6 @@ export class IngestCursors extends Effect.Service<IngestCursors>()("confirmd/Ing
         Effect.map((rows) => rows.map((row) => ({ chain: row.chain, number: row.number, updatedAt: row.updated_at })))
       )
 
-    return { tip, headers, advance, rewind, published }
+    return { tip, headers, stage, advance, rewind, published }
   })
 }) {}

@@ -19,6 +19,11 @@ export interface LoopState {
   readonly newestBlockMs: number | null
   /** When the node's head block was last compared with the kept one (ms); null before the first time. */
   readonly forkCheckedMs: number | null
+  /**
+   * Headers above the tip (oldest first) of a run that may have reached the log, left by an
+   * attempt that failed before it moved the cursor (`IngestCursors.stage`).
+   */
+  readonly staged: ReadonlyArray<BlockRef>
 }
 
 /**
@@ -26,13 +31,16 @@ export interface LoopState {
  * a cursor.
  */
 export const startState = (
-  from: { readonly _tag: "Resume"; readonly tip: Tip } | { readonly _tag: "Start"; readonly start: bigint }
+  from:
+    | { readonly _tag: "Resume"; readonly tip: Tip; readonly staged: ReadonlyArray<BlockRef> }
+    | { readonly _tag: "Start"; readonly start: bigint }
 ): LoopState => ({
   tip: from._tag === "Resume" ? from.tip : null,
   next: from._tag === "Resume" ? from.tip.number + 1n : from.start,
   behindLogged: false,
   newestBlockMs: null,
-  forkCheckedMs: null
+  forkCheckedMs: null,
+  staged: from._tag === "Resume" ? from.staged.filter((header) => header.number > from.tip.number) : []
 })
 
 /** A run was published up to `newest` (timestamp in unix seconds). */
@@ -43,11 +51,25 @@ export const published = (
   ...state,
   tip: { number: newest.number, hash: newest.hash },
   next: newest.number + 1n,
-  newestBlockMs: newest.timestamp * 1000
+  newestBlockMs: newest.timestamp * 1000,
+  staged: state.staged.filter((header) => header.number > newest.number)
 })
 
-/** A reorg was published: go on from `to`. */
-export const rewound = (state: LoopState, to: Tip): LoopState => ({ ...state, tip: to, next: to.number + 1n })
+/** A reorg was published: go on from `to` (its rewind forgot every header above it). */
+export const rewound = (state: LoopState, to: Tip): LoopState => ({ ...state, tip: to, next: to.number + 1n, staged: [] })
+
+/**
+ * Where `run` first replaces a staged header (the same height, another hash): from there the
+ * log may hold blocks the chain no longer has, so a reorg record must come before the run's
+ * block; -1 when it replaces none.
+ */
+export const replacesStaged = (
+  staged: ReadonlyArray<BlockRef>,
+  run: ReadonlyArray<{ readonly number: bigint; readonly hash: string }>
+): number =>
+  staged.length === 0
+    ? -1
+    : run.findIndex((block) => staged.some((header) => header.number === block.number && header.hash !== block.hash))
 
 /** The node has blocks to publish: being behind is news again. */
 export const nodeAhead = (state: LoopState): LoopState => state.behindLogged ? { ...state, behindLogged: false } : state

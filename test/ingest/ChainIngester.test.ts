@@ -7,6 +7,7 @@ import { tmpdir } from "node:os"
 import * as path from "node:path"
 import { createTestClient, createWalletClient, http, type Hash } from "viem"
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts"
+import { EventLogError, type EventLogService } from "../../src/EventLog/EventLog.ts"
 import { freshDatabase } from "../support/Database.ts"
 import { startRpcProxy } from "../support/RpcProxy.ts"
 import { freePort } from "../support/Service.ts"
@@ -181,6 +182,58 @@ describe.each(logKinds)("ChainIngester on anvil through the %s EventLog", (kind)
       expect(reorgs).toHaveLength(1)
       expect(reorgs[0]).toMatchObject({ fromNumber: 51n, commonAncestor: { number: 50n, hash: ancestor } })
       expect(reorgs[0]!.type === "reorg" && reorgs[0]!.orphaned.length).toBe(100)
+    }))
+
+  it.scopedLive("a run that reached the log before its cursor moved, then replaced by the chain, is followed by a reorg record before its replacement", () =>
+    Effect.gen(function*() {
+      const database = yield* freshDatabase
+      const eventLog = yield* makeEventLog(kind)
+      const seen = yield* collect(eventLog, "ethereum")
+      const node = yield* spawnAnvil(yield* freePort)
+      const { test, wallet } = anvilClients(node.url)
+      const to = privateKeyToAccount(generatePrivateKey()).address.toLowerCase()
+      // Once armed, the next publish reaches the log, the chain then replaces its newest block,
+      // and the publish reports a failure (a reply lost after the broker stored the records), so
+      // the cursor does not move.
+      const armed = yield* Ref.make(false)
+      const faulty: EventLogService = {
+        ...eventLog,
+        publish: (records) =>
+          Effect.zipRight(
+            eventLog.publish(records),
+            Effect.flatMap(Ref.getAndSet(armed, false), (fire) =>
+              fire
+                ? Effect.zipRight(
+                  rpc(node.url, "anvil_reorg", [1, [[{ from: wallet.account.address, to, value: "0x2a" }, 0]]]),
+                  Effect.fail(new EventLogError({ operation: "publish", message: "reply lost" }))
+                )
+                : Effect.void)
+          )
+      }
+      const registry = yield* startIngesters(faulty, env(database.url, node.url, { START_BLOCK_ETHEREUM: "0" }))
+      yield* Effect.promise(() => test.mine({ blocks: 3 }))
+      yield* statusUntil(registry, "ethereum", (s) => s.lastPublished?.number === 3n, 60)
+      yield* Ref.set(armed, true)
+      yield* Effect.promise(() => test.mine({ blocks: 1 }))
+      yield* until(Ref.get(armed), (stillArmed) => !stillArmed, 30)
+      const current = yield* blockHashAt(node.url, 4n)
+      yield* statusUntil(registry, "ethereum", (s) => s.restarts >= 1 && s.lastPublished?.hash === current, 60)
+      const messages = yield* until(Ref.get(seen), (all) => blocksOf(all).some((b) => b.hash === current), 60)
+
+      const published4 = blocksOf(messages).filter((b) => b.number === 4n).map((b) => b.hash)
+      expect(published4.at(-1)).toBe(current)
+      expect(published4[0]).not.toBe(current)
+      const reorgs = messages.filter((m) => m.type === "reorg")
+      expect(reorgs).toEqual([{
+        type: "reorg",
+        version: 1,
+        chain: "ethereum",
+        fromNumber: 4n,
+        orphaned: [{ number: 4n, hash: published4[0] }],
+        commonAncestor: { number: 3n, hash: yield* blockHashAt(node.url, 3n) }
+      }])
+      const { gaps } = canonical(messages)
+      expect(gaps).toEqual([])
     }))
 
   it.scopedLive("backs off while its node is down and resumes without gap or repeat; a node back with a fresh chain is a reorg", () =>

@@ -9,6 +9,7 @@ import {
   nodeBehind,
   published,
   reorgOf,
+  replacesStaged,
   rewound,
   startState
 } from "../../src/Ingest/IngestLoop.ts"
@@ -21,20 +22,35 @@ const keptHeaders = (top: bigint, count: number): ReadonlyArray<BlockRef> =>
 
 describe("the ingester loop", () => {
   it("resumes after the stored cursor, or starts where told on a chain without one", () => {
-    expect(startState({ _tag: "Resume", tip: { number: 41n, hash: "a" } })).toEqual({
+    const kept = [{ number: 40n, hash: "k" }, { number: 41n, hash: "a" }, { number: 42n, hash: "s" }]
+    expect(startState({ _tag: "Resume", tip: { number: 41n, hash: "a" }, staged: kept })).toEqual({
       tip: { number: 41n, hash: "a" },
       next: 42n,
       behindLogged: false,
       newestBlockMs: null,
-      forkCheckedMs: null
+      forkCheckedMs: null,
+      staged: [{ number: 42n, hash: "s" }]
     })
     expect(startState({ _tag: "Start", start: 7n })).toEqual({
       tip: null,
       next: 7n,
       behindLogged: false,
       newestBlockMs: null,
-      forkCheckedMs: null
+      forkCheckedMs: null,
+      staged: []
     })
+  })
+
+  it("a fetched block at a staged height with another hash replaces what the log may hold; publishing past the staged forgets them", () => {
+    const staged = [{ number: 42n, hash: "s42" }, { number: 43n, hash: "s43" }]
+    const run = (hashes: ReadonlyArray<string>) => hashes.map((hash, i) => ({ number: 42n + BigInt(i), hash }))
+    expect(replacesStaged(staged, run(["s42", "s43", "x44"]))).toBe(-1)
+    expect(replacesStaged(staged, run(["s42", "x43"]))).toBe(1)
+    expect(replacesStaged(staged, run(["x42"]))).toBe(0)
+    expect(replacesStaged([], run(["x42"]))).toBe(-1)
+    const resumed = startState({ _tag: "Resume", tip: { number: 41n, hash: "a" }, staged })
+    expect(published(resumed, { number: 42n, hash: "s42", timestamp: 1 }).staged).toEqual([{ number: 43n, hash: "s43" }])
+    expect(rewound(resumed, { number: 41n, hash: "a" }).staged).toEqual([])
   })
 
   it.prop("fetches from the next height up to the node's head, at most a batch, nothing when the node has nothing new", [
@@ -91,7 +107,7 @@ describe("the ingester loop", () => {
     "whatever happens, the next height follows the tip, and a node behind is told once until it is ahead again",
     [fc.option(height, { nil: null }), height, fc.array(event, { maxLength: 40 })],
     ([stored, start, events]) => {
-      let state: LoopState = startState(stored === null ? { _tag: "Start", start } : { _tag: "Resume", tip: { number: stored, hash: "s" } })
+      let state: LoopState = startState(stored === null ? { _tag: "Start", start } : { _tag: "Resume", tip: { number: stored, hash: "s" }, staged: [] })
       let toldSinceAhead = 0
       for (const e of events) {
         const before = state
