@@ -72,6 +72,15 @@ const statementTimeout = Config.integer("DATABASE_STATEMENT_TIMEOUT_MS").pipe(
   Config.withDefault(30_000)
 )
 
+/**
+ * `DATABASE_JIT` (default false): whether PostgreSQL may compile plans with JIT. Off, the
+ * sessions say so when connecting (`-c jit=off`): its compile time (about 0.9 s here) is paid
+ * on every run of a statement whose estimated cost passes `jit_above_cost`, such as
+ * `GET /transfers` on a large log, which runs in about 20 ms without it. The service's
+ * statements are all short; true leaves the server's setting.
+ */
+const jit = Config.boolean("DATABASE_JIT").pipe(Config.withDefault(false))
+
 /** A `pg` pool for the scope, checked by one query, as sql-pg's own layer makes it. */
 const pool = (config: pg.PoolConfig & { readonly application_name: string }, prepare: boolean) =>
   Effect.acquireRelease(
@@ -126,13 +135,15 @@ const clientLayer = Layer.unwrapScoped(
     if (Option.isSome(url)) {
       const maxConnections = yield* Config.integer("DATABASE_POOL_SIZE").pipe(Config.withDefault(10))
       const timeout = yield* statementTimeout
+      const jitAllowed = yield* jit
       return PgClient.layerFromPool({
         applicationName: application_name,
         acquire: pool({
           connectionString: Redacted.value(url.value),
           max: maxConnections,
           application_name,
-          ...(timeout > 0 ? { statement_timeout: timeout } : {})
+          ...(timeout > 0 ? { statement_timeout: timeout } : {}),
+          ...(jitAllowed ? {} : { options: "-c jit=off" })
         }, prepare)
       })
     }

@@ -35,6 +35,17 @@ describe("database connections", () => {
       }
     }).pipe(Effect.provide(oneConnection())))
 
+  it.scoped("run without JIT compilation, unless DATABASE_JIT=true leaves the server's setting", () =>
+    Effect.gen(function*() {
+      const jitOf = (settings: Record<string, string>) =>
+        Effect.flatMap(
+          SqlClient.SqlClient,
+          (sql) => sql<{ setting: string; source: string }>`SELECT setting, source FROM pg_settings WHERE name = 'jit'`
+        ).pipe(Effect.map((rows) => rows[0]), Effect.provide(oneConnection(settings)))
+      expect(yield* jitOf({})).toEqual({ setting: "off", source: "client" })
+      expect((yield* jitOf({ DATABASE_JIT: "true" }))?.source).not.toBe("client")
+    }))
+
   it.scoped("prepare at most 256 texts, and run the others unnamed", () =>
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
