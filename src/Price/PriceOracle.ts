@@ -6,11 +6,20 @@
  * - `PRICE_COINGECKO_URL`, `PRICE_COINBASE_URL`, `PRICE_KRAKEN_URL`: base URLs of the sources.
  * - `PRICE_CACHE_SECONDS`: how long a fetched price is reused, default 60.
  * - `PRICE_TIMEOUT_SECONDS`: time limit per source request, default 5.
+ * - `PRICE_MAX_DEVIATION_PERCENT`: how far apart two sources' prices may be and still confirm
+ *   each other, default 2.
  * - `PRICE_FIXED_USD`: e.g. `BTC=65000,ETH=3000`; when set, these prices replace the sources.
+ *
+ * One source is not trusted alone while another answers: a price is used once two sources
+ * agree within `PRICE_MAX_DEVIATION_PERCENT` (the lower of the two, so the merchant is never
+ * short), asking the sources in order until two do. A source far off (a glitch, a delisted
+ * pair, a unit mistake) would otherwise set every amount for the cache's lifetime: at a
+ * price 100 times too high, a payment asks for 1 % of its value. When sources answer and no
+ * two agree, there is no price (502). A source alone is used only when no other answers.
  */
 import { FetchHttpClient, HttpClient, HttpClientResponse } from "@effect/platform"
-import type { BigDecimal } from "effect"
 import {
+  BigDecimal,
   Cause,
   Clock,
   Config,
@@ -106,6 +115,8 @@ const KrakenBody = Schema.Struct({
 interface Settings {
   readonly fixed: Option.Option<HashMap.HashMap<TokenSymbol, BigDecimal.BigDecimal>>
   readonly sources: ReadonlyArray<PriceSource>
+  /** In percent of the lower price. */
+  readonly maxDeviation: BigDecimal.BigDecimal
   readonly urls: Readonly<Record<PriceSource, string>>
   readonly cacheTtl: Duration.Duration
   readonly timeout: Duration.Duration
@@ -173,9 +184,44 @@ const settings: Config.Config<Settings> = Config.all({
     coinbase: baseUrl("PRICE_COINBASE_URL", "https://api.coinbase.com"),
     kraken: baseUrl("PRICE_KRAKEN_URL", "https://api.kraken.com")
   }),
+  maxDeviation: Config.string("PRICE_MAX_DEVIATION_PERCENT").pipe(
+    Config.withDefault("2"),
+    Config.mapOrFail((text) =>
+      Option.match(Option.filter(parseDecimal(text.trim()), (percent) => percent.value > 0n), {
+        onNone: () => Either.left(invalid("PRICE_MAX_DEVIATION_PERCENT", `expected a positive decimal; got ${JSON.stringify(text)}`)),
+        onSome: Either.right
+      })
+    )
+  ),
   cacheTtl: secondsConfig("PRICE_CACHE_SECONDS", 60, true),
   timeout: secondsConfig("PRICE_TIMEOUT_SECONDS", 5, false)
 })
+
+/** Whether two prices are within `percent` of the lower one. */
+export const agree = (a: BigDecimal.BigDecimal, b: BigDecimal.BigDecimal, percent: BigDecimal.BigDecimal): boolean =>
+  BigDecimal.lessThanOrEqualTo(
+    BigDecimal.multiply(BigDecimal.abs(BigDecimal.subtract(a, b)), BigDecimal.fromBigInt(100n)),
+    BigDecimal.multiply(BigDecimal.min(a, b), percent)
+  )
+
+/**
+ * The price the sources' answers (in the order asked) give: the lower of the first two that
+ * agree within `percent`; a lone answer as it is; none when there is no answer, or when no
+ * two of several agree (`disagree`).
+ */
+export const corroborated = (
+  answers: ReadonlyArray<BigDecimal.BigDecimal>,
+  percent: BigDecimal.BigDecimal
+): { readonly _tag: "Price"; readonly price: BigDecimal.BigDecimal } | { readonly _tag: "None" | "Disagree" } => {
+  if (answers.length === 0) return { _tag: "None" }
+  if (answers.length === 1) return { _tag: "Price", price: answers[0]! }
+  for (let j = 1; j < answers.length; j++) {
+    for (let i = 0; i < j; i++) {
+      if (agree(answers[i]!, answers[j]!, percent)) return { _tag: "Price", price: BigDecimal.min(answers[i]!, answers[j]!) }
+    }
+  }
+  return { _tag: "Disagree" }
+}
 
 /** Why one source gave no price; only ever folded into a `PriceUnavailable` message. */
 class SourceFailed extends Schema.TaggedError<SourceFailed>()("SourceFailed", {
@@ -273,33 +319,51 @@ export class PriceOracle extends Effect.Service<PriceOracle>()("confirmd/PriceOr
     }. Check that this server reaches them (PRICE_SOURCES, PRICE_<SOURCE>_URL, PRICE_TIMEOUT_SECONDS); ` +
       `for local use without price APIs, set PRICE_FIXED_USD, e.g. BTC=65000,ETH=3000`
 
-    const fetchPrice = (symbol: TokenSymbol): Effect.Effect<BigDecimal.BigDecimal, PriceUnavailable> => {
-      const attempt = (
-        remaining: ReadonlyArray<PriceSource>,
-        reasons: ReadonlyArray<string>
-      ): Effect.Effect<BigDecimal.BigDecimal, PriceUnavailable> => {
-        const [source, ...rest] = remaining
-        if (source === undefined) {
-          return Effect.fail(
-            new PriceUnavailable({ symbol, message: `no USD price for ${symbol}: ${reasons.join("; ")}`, hint: sourcesHint })
-          )
-        }
-        const instrument = instruments[source][symbol]
-        if (instrument === undefined) return attempt(rest, [...reasons, `${source}: does not list ${symbol}`])
-        const streak = streaks.get(source)
-        return fromSource(source, instrument).pipe(
-          Effect.tap(() => streak?.recovered ?? Effect.void),
-          Effect.catchAll((failed) =>
-            (streak?.failed(Cause.fail({ message: failed.reason, host: hostOf(config.urls[source]) }), { source, symbol }) ??
-              Effect.void).pipe(
+    /** One source's answer, its failure logged and counted; none when it gave no price. */
+    const ask = (source: PriceSource, symbol: TokenSymbol) => {
+      const instrument = instruments[source][symbol]
+      if (instrument === undefined) return Effect.succeed(Either.left(`${source}: does not list ${symbol}`))
+      const streak = streaks.get(source)
+      return fromSource(source, instrument).pipe(
+        Effect.tap(() => streak?.recovered ?? Effect.void),
+        Effect.map((price) => Either.right(price)),
+        Effect.catchAll((failed) =>
+          (streak?.failed(Cause.fail({ message: failed.reason, host: hostOf(config.urls[source]) }), { source, symbol }) ??
+            Effect.void).pipe(
               Effect.zipRight(Metric.update(priceSourceErrors.pipe(Metric.tagged("source", source)), 1)),
-              Effect.zipRight(attempt(rest, [...reasons, `${source}: ${failed.reason}`]))
+              Effect.as(Either.left(`${source}: ${failed.reason}`))
             )
-          )
         )
-      }
-      return attempt(config.sources, [])
+      )
     }
+
+    /** Asks the sources in order until two agree (see the header), or none is left. */
+    const fetchPrice = (symbol: TokenSymbol): Effect.Effect<BigDecimal.BigDecimal, PriceUnavailable> =>
+      Effect.gen(function*() {
+        const answers: Array<{ readonly source: PriceSource; readonly price: BigDecimal.BigDecimal }> = []
+        const reasons: Array<string> = []
+        for (const source of config.sources) {
+          const answer = yield* ask(source, symbol)
+          if (Either.isLeft(answer)) {
+            reasons.push(answer.left)
+            continue
+          }
+          answers.push({ source, price: answer.right })
+          const outcome = corroborated(answers.map((a) => a.price), config.maxDeviation)
+          if (outcome._tag === "Price" && answers.length >= 2) return outcome.price
+        }
+        const outcome = corroborated(answers.map((a) => a.price), config.maxDeviation)
+        if (outcome._tag === "Price") return outcome.price
+        const prices = answers.map((a) => `${a.source} ${formatDecimal(a.price)}`).join(", ")
+        return yield* new PriceUnavailable({
+          symbol,
+          message: outcome._tag === "Disagree"
+            ? `no USD price for ${symbol}: the sources disagree by more than ${formatDecimal(config.maxDeviation)} % (${prices})` +
+              (reasons.length > 0 ? `; ${reasons.join("; ")}` : "")
+            : `no USD price for ${symbol}: ${reasons.join("; ")}`,
+          hint: sourcesHint
+        })
+      })
 
     // One fetch per symbol at a time, shared by all callers; only successes are kept. The fetch
     // runs in the service's scope so that an interrupted caller does not cancel it for others.

@@ -54,20 +54,47 @@ describe("PriceOracle", () => {
   it.scopedLive("falls back to the next source on an error status, a bad body or a timeout", () =>
     Effect.gen(function*() {
       const server = yield* PriceServer.make
-      yield* server.setPrice("BTC", "1", "coingecko")
-      yield* server.setPrice("BTC", "2", "coinbase")
-      yield* server.setPrice("BTC", "3", "kraken")
+      // Close enough to confirm each other; the lower of the two that agree is used.
+      yield* server.setPrice("BTC", "65001", "coingecko")
+      yield* server.setPrice("BTC", "65002", "coinbase")
+      yield* server.setPrice("BTC", "65003", "kraken")
       const env = { PRICE_CACHE_SECONDS: "0", PRICE_TIMEOUT_SECONDS: "0.3" }
+      expect(yield* withOracle(server, env, price("BTC"))).toBe("65001")
+      expect(yield* server.requests("kraken")).toBe(0)
 
       yield* server.failSource("coingecko")
-      expect(yield* withOracle(server, env, price("BTC"))).toBe("2")
+      expect(yield* withOracle(server, env, price("BTC"))).toBe("65002")
 
+      // The only source that answers is used alone.
       yield* server.failSource("coinbase", "garbage")
-      expect(yield* withOracle(server, env, price("BTC"))).toBe("3")
+      expect(yield* withOracle(server, env, price("BTC"))).toBe("65003")
 
       yield* server.failSource("coingecko", "hang")
       yield* server.failSource("coinbase", false)
-      expect(yield* withOracle(server, env, price("BTC"))).toBe("2")
+      expect(yield* withOracle(server, env, price("BTC"))).toBe("65002")
+    }))
+
+  it.scopedLive("does not take a source's price that the others do not confirm", () =>
+    Effect.gen(function*() {
+      const server = yield* PriceServer.make
+      const env = { PRICE_CACHE_SECONDS: "0" }
+      // The first source is 100 times off: a payment would ask for 1 % of its value.
+      yield* server.setPrice("BTC", "6500000", "coingecko")
+      yield* server.setPrice("BTC", "65000.12", "coinbase")
+      yield* server.setPrice("BTC", "64990", "kraken")
+      expect(yield* withOracle(server, env, price("BTC"))).toBe("64990")
+
+      // Two that answer and disagree, and no third: no price.
+      yield* server.failSource("kraken")
+      const error = yield* Effect.flip(withOracle(server, env, price("BTC")))
+      expect(error).toBeInstanceOf(PriceUnavailable)
+      expect(error.message).toContain("the sources disagree by more than 2 % (coingecko 6500000, coinbase 65000.12)")
+
+      // A wider tolerance, when configured, takes them as agreeing.
+      yield* server.setPrice("BTC", "66000", "coingecko")
+      expect(yield* withOracle(server, { ...env, PRICE_MAX_DEVIATION_PERCENT: "2" }, price("BTC"))).toBe("65000.12")
+      expect(yield* Effect.flip(withOracle(server, { ...env, PRICE_MAX_DEVIATION_PERCENT: "1.5" }, price("BTC"))))
+        .toBeInstanceOf(PriceUnavailable)
     }))
 
   it.scopedLive("skips a source that does not list the symbol", () =>
@@ -204,7 +231,9 @@ describe("PriceOracle", () => {
           { PRICE_SOURCES: "coingecko,binance" },
           { PRICE_SOURCES: "," },
           { PRICE_CACHE_SECONDS: "-1" },
-          { PRICE_TIMEOUT_SECONDS: "0" }
+          { PRICE_TIMEOUT_SECONDS: "0" },
+          { PRICE_MAX_DEVIATION_PERCENT: "0" },
+          { PRICE_MAX_DEVIATION_PERCENT: "two" }
         ]
       ) {
         const error = yield* Effect.flip(withOracle(server, env, price("BTC")))
