@@ -2,7 +2,8 @@
  * EventLog on Apache Kafka through kafkajs (contract in EventLog.ts).
  *
  * - One idempotent producer (acks=-1, one request in flight, so per-partition order holds
- *   across retries), GZIP-compressed. A publish is sent in requests of at most
+ *   across retries), GZIP-compressed, replaced by a new one after a send failed
+ *   (KafkaProducer.ts). A publish is sent in requests of at most
  *   `maxRequestBytes` uncompressed so a batch of large records stays under the message
  *   size limit; topics created here allow `maxMessageBytes` (8 MiB) per compressed batch.
  * - Each `subscribe` runs its own kafkajs consumer with autoCommit off. `eachMessage` hands
@@ -38,6 +39,7 @@ import {
   type SubscribeOptions,
   type TopicSpec
 } from "./EventLog.ts"
+import { replacingProducer } from "./KafkaProducer.ts"
 import { fixIdleRequestQueue } from "./KafkaRequestQueue.ts"
 
 export interface KafkaSettings extends EventLogSettings {
@@ -172,16 +174,17 @@ export const makeKafka = (
       attempt("connect", () => admin.connect()),
       () => attempt("disconnect", () => admin.disconnect()).pipe(Effect.ignoreLogged)
     )
-    const producer = kafka.producer({
-      idempotent: true,
-      maxInFlightRequests: 1,
-      allowAutoTopicCreation: false,
-      createPartitioner: Partitioners.DefaultPartitioner
+    const producers = yield* replacingProducer({
+      make: () =>
+        kafka.producer({
+          idempotent: true,
+          maxInFlightRequests: 1,
+          allowAutoTopicCreation: false,
+          createPartitioner: Partitioners.DefaultPartitioner
+        }),
+      connect: (producer) => attempt("connect", () => producer.connect()),
+      disconnect: (producer) => attempt("disconnect", () => producer.disconnect()).pipe(Effect.ignoreLogged)
     })
-    yield* Effect.acquireRelease(
-      attempt("connect", () => producer.connect()),
-      () => attempt("disconnect", () => producer.disconnect()).pipe(Effect.ignoreLogged)
-    )
 
     const knownTopics = new Set<string>()
     const creating = yield* Effect.makeSemaphore(1)
@@ -242,6 +245,7 @@ export const makeKafka = (
             list.push(record)
             byTopic.set(record.topic, list)
           }
+          const producer = yield* producers.current
           yield* attempt("publish", () =>
             producer.sendBatch({
               acks: -1,
@@ -254,7 +258,7 @@ export const makeKafka = (
                   headers: { ...record.headers }
                 }))
               }))
-            }))
+            })).pipe(Effect.tapError(() => producers.failed(producer)))
         }
       })
 
