@@ -54,11 +54,17 @@ export interface RawBlock {
 
 const hexOf = (bytes: Uint8Array) => Buffer.from(bytes).toString("hex")
 
-/** A block in Bitcoin's serialization (with witnesses); `Left` says why it could not be read. */
+/**
+ * A block in Bitcoin's serialization (with witnesses); `Left` says why it could not be read.
+ * Its transactions must be the ones its header commits to (merkle root, witness commitment):
+ * the header's hash is all the caller compares with the hash it asked for, so a source could
+ * otherwise pair a real header with transactions of its own.
+ */
 export const parseRawBlock = (bytes: Uint8Array, params: BitcoinParams): Either.Either<RawBlock, string> =>
   Either.try({
     try: () => {
       const block = Block.fromBuffer(bytes)
+      if (!block.checkTxRoots()) throw new Error("its transactions are not the ones its header commits to")
       return {
         hash: block.getId(),
         // Internal byte order on the wire; hashes are shown reversed.

@@ -3,6 +3,7 @@
 // serves raw blocks, by pages where it does not, failover past a 429, and hedging past a hung
 // instance.
 import { describe, expect, it } from "@effect/vitest"
+import { Block } from "bitcoinjs-lib"
 import { ConfigProvider, Effect, Either } from "effect"
 import { transfersOfTx } from "../../src/Chains/BitcoinClient.ts"
 import { parseRawBlock } from "../../src/Chains/BitcoinRaw.ts"
@@ -187,5 +188,14 @@ describe("bitcoin on Esplora", () => {
         expect(parsed).toMatchObject({ hash, parentHash: viaRpc.parentHash, timestamp: viaRpc.timestamp })
         expect(parsed.transactions.flatMap((tx, index) => transfersOfTx(tx.txid, index, tx.outputs))).toEqual(viaRpc.transfers)
       }
+      // The last block with its header kept and a payment's amount changed, as a source that
+      // lies about a block it did not mine would serve it: refused, though its hash is right.
+      const best = String(yield* bitcoin.rpc("getbestblockhash"))
+      const block = Block.fromBuffer(Buffer.from(String(yield* bitcoin.rpc("getblock", [best, false])), "hex"))
+      const paying = block.transactions![1]!
+      paying.outs[0]!.value = 123_456n
+      const forged = block.toBuffer()
+      expect(Block.fromBuffer(forged).getId()).toBe(block.getId())
+      expect(parseRawBlock(forged, regtest)).toEqual(Either.left("not a bitcoin block: its transactions are not the ones its header commits to"))
     }), { timeout: 90_000 })
 })
