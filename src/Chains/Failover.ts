@@ -281,11 +281,13 @@ export const makeFailover = <C>(kind: EndpointKind<C>, options: {
               // The ones checked just now may all have been refused.
               const after = yield* healths
               if (after.every(({ health }) => health.state === "refused")) return yield* Effect.fail(everyRefused(after))
-              if (failures.length === 1) return yield* Effect.fail(failures[0]!.error)
-              // An endpoint's own answer ("no such method") says more than the others' silence.
-              const answer = failures.find((attempt) =>
-                kind.isAnswer(attempt.error) && Option.isNone(kind.rateLimit(attempt.error, 0)))
-              if (answer !== undefined) return yield* Effect.fail(answer.error)
+              const answered = (attempt: (typeof failures)[number]) =>
+                kind.isAnswer(attempt.error) && Option.isNone(kind.rateLimit(attempt.error, 0))
+              // An endpoint's own answer ("no such method") is the pool's only when every endpoint
+              // not refused for good was asked and gave one: another, down or rate-limited now, may
+              // offer what this one lacks (traces, and with them internal transfers).
+              if (failures.length === usable.length && failures.every(answered)) return yield* Effect.fail(failures[0]!.error)
+              if (failures.length === 1 && usable.length === 1) return yield* Effect.fail(failures[0]!.error)
               return yield* Effect.fail(kind.failure(
                 `every ${kind.noun} of ${options.chainName} failed`,
                 failures.map((attempt) => `${ranked[attempt.rank]!.endpoint.label}: ${kind.describe(attempt.error)}`).join("; ")

@@ -7,6 +7,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from "node:ht
 import { ChainClients, ChainUnavailable } from "../../src/Chains/ChainClients.ts"
 import { rateLimit, retryAfterMs } from "../../src/Chains/Endpoints.ts"
 import { spawnAnvil } from "../ingest/harness.ts"
+import { startRpcProxy } from "../support/RpcProxy.ts"
 import { freePort } from "../support/Service.ts"
 
 const withClients = (env: Record<string, string>) =>
@@ -180,6 +181,40 @@ describe("several endpoints per chain", () => {
         expect(error).toBeInstanceOf(ChainUnavailable)
         expect(error.message).toMatch(/every RPC endpoint of ethereum was refused: 127\.0\.0\.1:\d+: chain id 999, expected 31337/)
       }).pipe(withClients(onlyWrong))
+    }).pipe(Effect.scoped))
+
+  it.live("a node without traces does not turn them off while the one that has them is rate-limited", () =>
+    Effect.gen(function*() {
+      const { anvil } = yield* anvilEnv
+      // The tracing endpoint (anvil behind a proxy) answers 429 until `limitedUntil`.
+      let limitedUntil = 0
+      const tracing = yield* endpointInFront(anvil, ({ body }, response) => {
+        if (Date.now() < limitedUntil) {
+          response.writeHead(429, { "content-type": "text/plain", "retry-after": "1" }).end("Too Many Requests")
+          return
+        }
+        void fetch(anvil, { method: "POST", headers: { "content-type": "application/json" }, body })
+          .then(async (forwarded) => response.writeHead(forwarded.status, { "content-type": "application/json" }).end(await forwarded.text()))
+      })
+      const traceless = yield* startRpcProxy(anvil, ["trace_block", "debug_traceBlockByHash"])
+      const env = {
+        CHAINS: "ethereum",
+        CHAIN_ID_ETHEREUM: "31337",
+        RPC_URL_ETHEREUM: `${tracing.url}/,${traceless.url}`
+      }
+      yield* Effect.gen(function*() {
+        const clients = yield* ChainClients
+        yield* eventually(Effect.flatMap(clients.endpoints("ethereum"), (health) =>
+          health.every((h) => h.state === "ready") ? Effect.void : Effect.fail("not checked yet")))
+        limitedUntil = Date.now() + 1_500
+        // The first call meets the limit; the tracing endpoint is left alone for a second.
+        yield* clients.head("ethereum")
+        // Only the one without traces can be asked: its "no" is not the pool's.
+        const early = yield* Effect.either(clients.reading("ethereum"))
+        expect(early._tag === "Left" ? early.left : early.right).toBeInstanceOf(ChainUnavailable)
+        const reading = yield* eventually(clients.reading("ethereum"))
+        expect(Option.map(reading, (r) => r.traces)).toEqual(Option.some("trace_block"))
+      }).pipe(withClients(env))
     }).pipe(Effect.scoped))
 
   it.live("a node answering JSON-RPC batches gets batching", () =>
