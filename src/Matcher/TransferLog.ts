@@ -52,8 +52,11 @@ const Row = Schema.Struct({
 })
 const decodeRows = Schema.decodeUnknown(Schema.Array(Row))
 
-/** Up to this many addresses, an account's transfers are read address by address. */
+/** Up to this many places, an account's transfers are read place by place at once. */
 const placesReadApart = 32
+
+/** With more, this many of the newest transfer ids are read first (see `forAccount`). */
+const recentWindow = 10_000
 
 export class TransferLog extends Effect.Service<TransferLog>()("confirmd/TransferLog", {
   effect: Effect.gen(function*() {
@@ -86,18 +89,17 @@ export class TransferLog extends Effect.Service<TransferLog>()("confirmd/Transfe
         ) v`
       const page = sql`
         t.orphaned_at IS NULL
-        AND (${paymentId}::uuid IS NULL OR t.payment_id = ${paymentId}::uuid)
-        AND (${before}::bigint IS NULL OR t.id < ${before}::bigint)`
+        AND (${paymentId}::uuid IS NULL OR t.payment_id = ${paymentId}::uuid)`
       const columns = sql`t.id, t.chain, t.address, v.asset, t.tx_hash, t.block_number, t.amount, t.payment_id`
-      /** The `chain` and `address` filters on `relation`'s columns (an address as given or in lower case). */
-      const filtered = (relation: "pl" | "t") => sql`
-        (${chain}::text IS NULL OR ${sql(relation)}.chain = ${chain})
-        AND (${address}::text IS NULL OR ${sql(relation)}.address = ${address} OR ${sql(relation)}.address = lower(${address}))`
-      // Every transfer the account may see is to an address it has a payment on. With few such
-      // places (found by skipping through the account's index), each one's newest transfers are
-      // read from their own index, so that an account that can see little does not walk the
-      // whole log; with many, the log is read newest first, where an active account's
-      // transfers are.
+      /** The `chain` and `address` filters on the places (an address as given or in lower case). */
+      const filtered = sql`
+        (${chain}::text IS NULL OR pl.chain = ${chain})
+        AND (${address}::text IS NULL OR pl.address = ${address} OR pl.address = lower(${address}))`
+      // Every transfer the account may see is to an address it has a payment on (found by
+      // skipping through the account's index). Each place's newest transfers are read from its
+      // own index, so the work grows with the account's places, not with the log. With many
+      // places, the newest part of the log (`recentWindow` ids) is read first, where an active
+      // account's transfers are: when it fills the page, no place is read apart.
       return sql`
         WITH RECURSIVE places AS (
           (SELECT p.chain, p.address FROM payments p WHERE p.account_id = ${account}::uuid
@@ -109,29 +111,38 @@ export class TransferLog extends Effect.Service<TransferLog>()("confirmd/Transfe
             ORDER BY p.chain, p.address LIMIT 1
           ) next
         ),
-        chosen AS (
+        chosen AS MATERIALIZED (
           SELECT chain, address FROM places pl
-          WHERE ${filtered("pl")}
+          WHERE ${filtered}
             AND (${paymentId}::uuid IS NULL OR EXISTS (
               SELECT 1 FROM payments p WHERE p.id = ${paymentId}::uuid AND p.chain = pl.chain AND p.address = pl.address))
         ),
-        few AS (SELECT count(*) <= ${placesReadApart} AS yes FROM (SELECT 1 FROM chosen LIMIT ${placesReadApart + 1}) s)
+        span AS (
+          SELECT below.id AS below,
+                 below.id - CASE WHEN (SELECT count(*) FROM (SELECT 1 FROM chosen LIMIT ${placesReadApart + 1}) s) > ${placesReadApart}
+                   THEN ${recentWindow} ELSE 0 END AS floor
+          FROM (SELECT COALESCE(${before}::bigint, (SELECT max(id) + 1 FROM transfers)) AS id) below
+        ),
+        recent AS (
+          SELECT ${columns} FROM transfers t ${visible}
+          WHERE t.id < (SELECT below FROM span) AND t.id >= (SELECT floor FROM span)
+            AND (t.chain, t.address) IN (SELECT chain, address FROM chosen) AND ${page}
+          ORDER BY t.id DESC
+          LIMIT ${q.limit + 1}
+        )
         SELECT x.id::text AS id, x.chain, x.address, x.asset, x.tx_hash, x.block_number::text AS block_number,
                x.amount::text AS amount,
                GREATEST(0, COALESCE(c.number, 0) - x.block_number + 1)::int AS confirmations, x.payment_id
         FROM (
+          SELECT * FROM recent
+          UNION ALL
           SELECT x.* FROM chosen pl CROSS JOIN LATERAL (
             SELECT ${columns} FROM transfers t ${visible}
-            WHERE t.chain = pl.chain AND t.address = pl.address AND ${page}
+            WHERE t.chain = pl.chain AND t.address = pl.address AND t.id < (SELECT floor FROM span) AND ${page}
             ORDER BY t.id DESC
             LIMIT ${q.limit + 1}
           ) x
-          WHERE (SELECT yes FROM few)
-          UNION ALL
-          (SELECT ${columns} FROM transfers t ${visible}
-           WHERE NOT (SELECT yes FROM few) AND ${page} AND ${filtered("t")}
-           ORDER BY t.id DESC
-           LIMIT ${q.limit + 1})
+          WHERE (SELECT count(*) FROM recent) <= ${q.limit}
         ) x
         LEFT JOIN matcher_cursors c ON c.chain = x.chain
         ORDER BY x.id DESC

@@ -149,6 +149,30 @@ describe("GET /transfers", { timeout: 120_000 }, () => {
       const secondPage = yield* list(h, alice, `?limit=2&cursor=${firstPage.body.next_cursor}`)
       expect([...firstPage.body.transfers, ...secondPage.body.transfers]).toEqual(all.body.transfers)
       expect(secondPage.body.next_cursor).toBeNull()
+
+      // Then more of the log than is read first (its newest 10,000 ids) goes to someone else,
+      // and two more payments are paid: the older transfers are still found, and the pages
+      // go across.
+      yield* h.sql`
+        INSERT INTO transfers (chain, asset, address, tx_hash, position, amount, block_number, block_hash, block_time)
+        SELECT 'ethereum', 'native', '0x' || lpad(g::text, 40, '9'), 'other' || g, '0', 1, ${n.toString()}::bigint, 'other', now()
+        FROM generate_series(1, 10001) g`.pipe(Effect.orDie)
+      const later = [5, 30].map((i) => ({ payment: payments[i]!, tx: txHash(), address: addresses[i]! }))
+      yield* h.publish(block("ethereum", n + 1n, later.map(({ address, payment, tx }) => ({ to: address, value: payment.amount, txHash: tx }))))
+      yield* h.settled("ethereum")
+      const newestFirst = (xs: ReadonlyArray<{ payment: { id: string }; tx: string }>) => xs.map(({ payment, tx }) => [tx, payment.id]).reverse()
+      const expected = [...newestFirst(later), ...newestFirst(paid)]
+      const everything = yield* list(h, alice)
+      expect(everything.body.transfers.map((t: { tx_hash: string; payment_id: string }) => [t.tx_hash, t.payment_id]))
+        .toEqual(expected)
+      const pages: Array<unknown> = []
+      let cursor: string | null = ""
+      while (cursor !== null) {
+        const page: ApiResponse = yield* list(h, alice, `?limit=2${cursor === "" ? "" : `&cursor=${cursor}`}`)
+        pages.push(...page.body.transfers)
+        cursor = page.body.next_cursor
+      }
+      expect(pages).toEqual(everything.body.transfers)
       // Another account sees none of it.
       expect((yield* list(h, yield* subscribe(h.app))).body.transfers).toEqual([])
     }).pipe(Effect.scoped))
