@@ -60,9 +60,15 @@ export const refusalOf = (
   return used >= plan.monthlyEventLimit ? Option.some(limitReached(plan, current)) : Option.none()
 }
 
-/** `period_end` advanced by whole billing periods until it lies in the future. */
-const rolledPeriodEnd = (sql: SqlClient.SqlClient) =>
-  sql`period_end + (floor(extract(epoch FROM now() - period_end) / ${BILLING_PERIOD_DAYS * 86400}) + 1) * make_interval(days => ${BILLING_PERIOD_DAYS})`
+/**
+ * One billing period as a fixed number of seconds: `make_interval(days => 30)` is 30 calendar
+ * days in the session's time zone, an hour short or long across a daylight-saving change.
+ */
+const billingPeriod = (sql: SqlClient.SqlClient) => sql`make_interval(secs => ${BILLING_PERIOD_DAYS * 86400})`
+
+/** `period_end` advanced by whole billing periods until it lies after `now`. */
+export const rolledPeriodEnd = (sql: SqlClient.SqlClient, now: Fragment = sql`now()`) =>
+  sql`period_end + (floor(extract(epoch FROM ${now} - period_end) / ${BILLING_PERIOD_DAYS * 86400}) + 1) * ${billingPeriod(sql)}`
 
 export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
   effect: Effect.gen(function*() {
@@ -109,7 +115,7 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
         yield* sql`INSERT INTO accounts ${sql.insert({ id, api_key_hash: hashApiKey(apiKey), email: options.email })}`
         yield* sql`
           INSERT INTO subscriptions (account_id, plan, status, period_start, period_end)
-          VALUES (${id}, ${options.plan}, ${options.status}, now(), now() + make_interval(days => ${BILLING_PERIOD_DAYS}))`
+          VALUES (${id}, ${options.plan}, ${options.status}, now(), now() + ${billingPeriod(sql)})`
         const webhookSecret = yield* webhookSecrets.create(id)
         return { id, apiKey, webhookSecret }
       })
@@ -145,7 +151,7 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
       sql`
         UPDATE subscriptions SET
           events_used = 0,
-          period_start = ${rolledPeriodEnd(sql)} - make_interval(days => ${BILLING_PERIOD_DAYS}),
+          period_start = ${rolledPeriodEnd(sql)} - ${billingPeriod(sql)},
           period_end = ${rolledPeriodEnd(sql)},
           updated_at = now()
         WHERE account_id = ${accountId} AND period_end <= now()`.pipe(
@@ -179,7 +185,7 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
         UPDATE subscriptions SET
           events_used = CASE WHEN period_end <= now() THEN 1 ELSE events_used + 1 END,
           period_start = CASE WHEN period_end <= now()
-            THEN ${rolledPeriodEnd(sql)} - make_interval(days => ${BILLING_PERIOD_DAYS}) ELSE period_start END,
+            THEN ${rolledPeriodEnd(sql)} - ${billingPeriod(sql)} ELSE period_start END,
           period_end = CASE WHEN period_end <= now() THEN ${rolledPeriodEnd(sql)} ELSE period_end END,
           updated_at = now()
         WHERE account_id = ${accountId} AND status = 'active'
@@ -205,7 +211,7 @@ export class Accounts extends Effect.Service<Accounts>()("confirmd/Accounts", {
     const subscribe = (accountId: AccountId, plan: PlanName) =>
       sql`
         INSERT INTO subscriptions (account_id, plan, status, period_start, period_end)
-        VALUES (${accountId}, ${plan}, 'active', now(), now() + make_interval(days => ${BILLING_PERIOD_DAYS}))
+        VALUES (${accountId}, ${plan}, 'active', now(), now() + ${billingPeriod(sql)})
         ON CONFLICT (account_id) DO UPDATE SET plan = EXCLUDED.plan, status = 'active', updated_at = now()`
 
     return yield* traced("Accounts", { authenticate, create, rotateApiKey, find, subscription, requireUsable, takeEvent, refusal, subscribe, plans: planTable, planOf } as const)

@@ -1,5 +1,6 @@
 import { Reactivity } from "@effect/experimental"
 import { PgClient } from "@effect/sql-pg"
+import { rolledPeriodEnd } from "../../src/Accounts/Accounts.ts"
 import { expect, layer } from "@effect/vitest"
 import { Effect, FastCheck as fc, Redacted } from "effect"
 import { randomBytes, randomUUID } from "node:crypto"
@@ -508,6 +509,21 @@ layer(App.layer(), { excludeTestServices: true })("billing period", (it) => {
       const periodDays = (Date.parse(account.period_end) - Date.now()) / 86_400_000
       expect(periodDays).toBeGreaterThan(19.9)
       expect(periodDays).toBeLessThanOrEqual(20)
+    }).pipe(Effect.scoped))
+
+  it.effect("a period rolled across a daylight-saving change lasts 30 days and ends after now, in any session time zone", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const db = yield* PgClient.make({ url: Redacted.make(app.databaseUrl), maxConnections: 1 }).pipe(
+        Effect.provide(Reactivity.layer),
+        Effect.orDie
+      )
+      // Sydney's clocks went forward on 4 October 2026: 30 calendar days there were an hour short.
+      yield* db`SET TimeZone = 'Australia/Sydney'`.pipe(Effect.orDie)
+      const [row] = yield* db<{ rolled: Date }>`
+        SELECT ${rolledPeriodEnd(db, db`'2026-10-10T00:00:00Z'::timestamptz`)} AS rolled
+        FROM (SELECT '2026-09-10T00:30:00Z'::timestamptz AS period_end) s`.pipe(Effect.orDie)
+      expect(new Date(row!.rolled).toISOString()).toBe("2026-10-10T00:30:00.000Z")
     }).pipe(Effect.scoped))
 })
 
