@@ -13,7 +13,7 @@
  *   comma list used with the same failover (see Esplora.ts).
  * - `RPC_TIMEOUT_MS` (default 10000): limit for every node call.
  * - `RPC_HEDGE_MIN_MS`, `RPC_HEDGE_MAX_MS` (100, 2000): bounds of the hedge delay, and
- *   `RPC_PROBE_INTERVAL_MS` (15000): idle endpoints' probes (Failover.ts).
+ *   `RPC_PROBE_INTERVAL_MS` (15000): endpoints' probes (Failover.ts).
  * - `TOKEN_<CHAIN>_<SYMBOL>`, `TOKEN_USD_PRICE_<SYMBOL>`: the stablecoins accepted, see Tokens.ts.
  * - `TRACES_<CHAIN>` (`auto` | `on` | `off`, default `auto`): internal transfers from call
  *   traces, see EvmBlocks.ts.
@@ -22,13 +22,13 @@
 import { FetchHttpClient } from "@effect/platform"
 import { Config, ConfigError, Duration, Effect, Either, Option } from "effect"
 import { type BitcoinParams, bitcoinParamsConfig, canonicalAddress } from "../Domain/Address.ts"
-import { type ChainName, chainNames } from "../Domain/Chain.ts"
+import { type ChainName, chainNames, chains } from "../Domain/Chain.ts"
 import { hostOf } from "../Domain/Host.ts"
 import type { BitcoinClient } from "./BitcoinClient.ts"
 import { makeBitcoinRpc } from "./BitcoinRpc.ts"
 import { type ChainBlock, ChainUnavailable } from "./Block.ts"
 import { makeEsplora } from "./Esplora.ts"
-import type { EndpointHealth, EndpointStatus } from "./EndpointHealth.ts"
+import { behindBlocksFor, type EndpointHealth, type EndpointStatus } from "./EndpointHealth.ts"
 import { type EndpointPool, makeEndpointPool } from "./Endpoints.ts"
 import { makeNodeFetch } from "./NodeFetch.ts"
 import type { FailoverSettings } from "./Failover.ts"
@@ -164,6 +164,7 @@ export class ChainClients extends Effect.Service<ChainClients>()("confirmd/Chain
         urls,
         timeout,
         settings: failover,
+        behindBlocks: behindBlocksFor(chains[chain].blockTimeMs),
         fetchFn
       })
       pools.set(chain, pool)

@@ -34,6 +34,10 @@ export interface EndpointHealth {
   readonly lastUsedAt: number
   /** Epoch ms of the last answer; 0 before the first. */
   readonly lastSuccessAt: number
+  /** The head it gave the last probe, when several endpoints are compared. */
+  readonly head: Option.Option<bigint>
+  /** Its head lags the highest head another endpoint gave the same round of probes. */
+  readonly behind: Option.Option<{ readonly head: bigint; readonly best: bigint; readonly bestLabel: string }>
 }
 
 export const initialHealth = (label: string): EndpointHealth => ({
@@ -53,7 +57,9 @@ export const initialHealth = (label: string): EndpointHealth => ({
   requests: 0,
   failures: 0,
   lastUsedAt: 0,
-  lastSuccessAt: 0
+  lastSuccessAt: 0,
+  head: Option.none(),
+  behind: Option.none()
 })
 
 /** One latency sample folded in the RFC 6298 way (first: SRTT = r, RTTVAR = r / 2). */
@@ -141,21 +147,56 @@ export const hedgeDelayMs = (health: EndpointHealth, bounds: HedgeBounds): numbe
     ? bounds.maxMs
     : Math.min(bounds.maxMs, Math.max(bounds.minMs, health.latencyMs + 4 * health.latencyDeviationMs))
 
+/**
+ * How many blocks an endpoint's head may lag the highest before it is behind: 30 s of the
+ * chain's blocks, at least 2 (endpoints a block apart are only a moment apart).
+ */
+export const behindBlocksFor = (blockTimeMs: number): number => Math.max(2, Math.ceil(30_000 / blockTimeMs))
+
+/**
+ * After a round of probes: each endpoint whose head lags the highest one by `behindBlocks` or
+ * more is behind (a node that stopped syncing still answers, fast, with its old head), the
+ * others are not. An endpoint that gave no head this round keeps what it was.
+ */
+export const judgedHeads = (
+  healths: ReadonlyArray<EndpointHealth>,
+  heads: ReadonlyArray<Option.Option<bigint>>,
+  behindBlocks: number
+): ReadonlyArray<EndpointHealth> => {
+  let best: { readonly head: bigint; readonly label: string } | null = null
+  heads.forEach((head, i) => {
+    if (Option.isSome(head) && (best === null || head.value > best.head)) best = { head: head.value, label: healths[i]!.label }
+  })
+  return healths.map((health, i) => {
+    const head = heads[i] ?? Option.none()
+    if (Option.isNone(head) || best === null) return health
+    const top: { readonly head: bigint; readonly label: string } = best
+    return {
+      ...health,
+      head,
+      behind: top.head - head.value >= BigInt(behindBlocks)
+        ? Option.some({ head: head.value, best: top.head, bestLabel: top.label })
+        : Option.none()
+    }
+  })
+}
+
 /** Latency in classes that double from 50 ms: 0 below 50 ms, 1 below 100 ms, 2 below 200 ms, ... */
 export const latencyClass = (ms: number): number => (ms < 50 ? 0 : Math.floor(Math.log2(ms / 50)) + 1)
 
 /**
- * Order of use: ready before unchecked, then fewest consecutive failures, then a lower
- * latency class. A stable sort keeps the configured order among endpoints about as fast
- * (the operator's own node before a public one), so noise of a few milliseconds does not
- * reorder them.
+ * Order of use: ready before unchecked, then fewest consecutive failures, then not behind the
+ * others' head, then a lower latency class. A stable sort keeps the configured order among
+ * endpoints about as fast (the operator's own node before a public one), so noise of a few
+ * milliseconds does not reorder them.
  */
 export const byHealth = (a: EndpointHealth, b: EndpointHealth): number =>
   Number(a.state !== "ready") - Number(b.state !== "ready") ||
   a.consecutiveFailures - b.consecutiveFailures ||
+  Number(Option.isSome(a.behind)) - Number(Option.isSome(b.behind)) ||
   latencyClass(a.latencyMs) - latencyClass(b.latencyMs)
 
-export type EndpointState = "healthy" | "failing" | "backing-off" | "refused" | "unchecked"
+export type EndpointState = "healthy" | "behind" | "failing" | "backing-off" | "refused" | "unchecked"
 
 /** One endpoint as /ops/status and /metrics show it. */
 export interface EndpointStatus {
@@ -187,6 +228,8 @@ const stateOf = (health: EndpointHealth, now: number): EndpointState =>
     ? "failing"
     : health.state === "unchecked"
     ? "unchecked"
+    : Option.isSome(health.behind)
+    ? "behind"
     : "healthy"
 
 export const statusOf = (health: EndpointHealth, now: number, bounds: HedgeBounds): EndpointStatus => {
@@ -198,6 +241,11 @@ export const statusOf = (health: EndpointHealth, now: number, bounds: HedgeBound
       ? Option.getOrNull(health.refusal)
       : state === "healthy" || state === "unchecked"
       ? null
+      : state === "behind"
+      ? Option.match(health.behind, {
+        onNone: () => null,
+        onSome: (b) => `head ${b.head}, ${b.best - b.head} blocks behind ${b.bestLabel}`
+      })
       : Option.getOrNull(health.lastError),
     since: state === "failing" ? health.failingSince : null,
     until: state === "backing-off" ? health.rateLimitedUntil : null,

@@ -106,6 +106,8 @@ export const makeEndpointPool = (options: {
   readonly urls: ReadonlyArray<string>
   readonly timeout: Duration.Duration
   readonly settings: FailoverSettings
+  /** See `behindBlocksFor`. */
+  readonly behindBlocks: number
   /** The HTTP client under viem's transport (NodeFetch.ts). */
   readonly fetchFn: NodeFetch
 }): Effect.Effect<EndpointPool> =>
@@ -157,6 +159,8 @@ export const makeEndpointPool = (options: {
       describe: describeRpcError,
       failure: (message, details) => new BaseError(message, details === undefined ? {} : { details }),
       probe: (connection) => ask(connection, { method: "eth_blockNumber" }),
+      headOf: (answer) =>
+        typeof answer === "string" && /^0x[0-9a-f]+$/i.test(answer) ? Option.some(BigInt(answer)) : Option.none(),
       refusalHint: ` (CHAIN_ID_${options.chainName.toUpperCase()})`
     }, options)
 

@@ -13,10 +13,11 @@
 import { HttpClient, HttpClientRequest, type HttpClientResponse } from "@effect/platform"
 import { Data, Duration, Effect, Option, Ref, Schema } from "effect"
 import type { BitcoinParams } from "../Domain/Address.ts"
+import { chains } from "../Domain/Chain.ts"
 import { type BitcoinClient, decodeBody, nullHash, Satoshis, transfersOfTx, unavailable } from "./BitcoinClient.ts"
 import { parseRawBlock } from "./BitcoinRaw.ts"
 import { type ChainBlock, ChainUnavailable } from "./Block.ts"
-import type { EndpointHealth, EndpointStatus } from "./EndpointHealth.ts"
+import { behindBlocksFor, type EndpointHealth, type EndpointStatus } from "./EndpointHealth.ts"
 import { retryAfterMs } from "./Endpoints.ts"
 import { type FailoverSettings, makeFailover } from "./Failover.ts"
 
@@ -100,8 +101,9 @@ export const makeEsplora = (
       isAnswer: (error) => error instanceof EsploraStatus && error.status >= 400 && error.status < 500 && error.status !== 429,
       describe,
       failure: (message, details) => unavailable(details === undefined ? message : `${message}: ${details}`),
-      probe: (instance) => get(instance, "/blocks/tip/height", text)
-    }, { chainName: "bitcoin", urls, settings })
+      probe: (instance) => get(instance, "/blocks/tip/height", text),
+      headOf: (answer) => typeof answer === "string" && /^[0-9]+$/.test(answer.trim()) ? Option.some(BigInt(answer.trim())) : Option.none()
+    }, { chainName: "bitcoin", urls, settings, behindBlocks: behindBlocksFor(chains.bitcoin.blockTimeMs) })
     yield* pool.checkAll
 
     /** GET `path` from one instance, its 2xx body read by `read`, within the timeout. */

@@ -12,7 +12,10 @@
  *   the time it kept a call waiting ranks it down.
  * - Rate limits: the endpoint is left alone until its `Retry-After` has passed.
  * - Probed: an endpoint asked nothing for `RPC_PROBE_INTERVAL_MS` gets a cheap read
- *   (`kind.probe`), so the health of one the calls do not reach is known too.
+ *   (`kind.probe`: the chain's head), so the health of one the calls do not reach is known
+ *   too. With several endpoints, each is asked every interval and their heads are compared:
+ *   one whose head lags the others' (a node that stopped syncing answers, fast, with its old
+ *   head) is behind, and ranks after those that are not.
  * - When every endpoint fails, the failure names each with its reason.
  */
 import { Cause, Chunk, Clock, Deferred, Duration, Effect, Option, Ref, Schedule } from "effect"
@@ -20,6 +23,7 @@ import { type FailureStreak, makeFailureStreak } from "../Supervision/FailureLog
 import {
   answered,
   byHealth,
+  judgedHeads,
   endpointLabels,
   failed,
   type EndpointHealth,
@@ -57,6 +61,8 @@ export interface EndpointKind<C> {
   readonly failure: (message: string, details?: string) => unknown
   /** The background probe: a cheap read (the chain's head). */
   readonly probe: (connection: C) => Effect.Effect<unknown, unknown>
+  /** The head a probe's answer gives, if it reads as one. */
+  readonly headOf: (answer: unknown) => Option.Option<bigint>
   /** Appended to the log line of a refusal: the setting that decides it. */
   readonly refusalHint?: string
 }
@@ -110,6 +116,8 @@ export const makeFailover = <C>(kind: EndpointKind<C>, options: {
   readonly chainName: string
   readonly urls: ReadonlyArray<string>
   readonly settings: FailoverSettings
+  /** How many blocks an endpoint's head may lag the others' before it is behind (`judgedHeads`). */
+  readonly behindBlocks: number
 }): Effect.Effect<Failover<C>> =>
   Effect.gen(function*() {
     const { settings } = options
@@ -297,23 +305,43 @@ export const makeFailover = <C>(kind: EndpointKind<C>, options: {
         )
       })
 
-    /** One endpoint's probe, when it is due: not refused, not rate-limited, asked nothing for an interval. */
-    const probeIfIdle = (endpoint: Endpoint<C>) =>
+    /**
+     * One endpoint's probe, when it is due: not refused, not rate-limited, and asked nothing for
+     * an interval, or (`always`) every round, when several endpoints' heads are compared. The
+     * head it answers, if it reads as one.
+     */
+    const probeIfDue = (endpoint: Endpoint<C>, always: boolean) =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
         const health = yield* Ref.get(endpoint.health)
-        if (health.state === "refused" || health.rateLimitedUntil > now) return
-        if (now - health.lastUsedAt < Duration.toMillis(settings.probeInterval)) return
-        yield* Effect.ignore(send(endpoint, kind.probe, false))
+        if (health.state === "refused" || health.rateLimitedUntil > now) return Option.none<bigint>()
+        if (!always && now - health.lastUsedAt < Duration.toMillis(settings.probeInterval)) return Option.none<bigint>()
+        return yield* send(endpoint, kind.probe, false).pipe(
+          Effect.map(kind.headOf),
+          Effect.orElseSucceed(() => Option.none<bigint>())
+        )
       })
 
+    /** A round of probes; with several endpoints, each one's head is compared with the others'. */
+    const probeRound = Effect.gen(function*() {
+      const heads = yield* Effect.forEach(endpoints, (endpoint) => probeIfDue(endpoint, endpoints.length > 1), {
+        concurrency: "unbounded"
+      })
+      if (endpoints.length < 2) return
+      const before = yield* Effect.forEach(endpoints, (endpoint) => Ref.get(endpoint.health))
+      // Answers to other calls meanwhile changed only what judging heads leaves alone.
+      const judged = judgedHeads(before, heads, options.behindBlocks)
+      yield* Effect.forEach(endpoints, (endpoint, i) =>
+        Ref.update(endpoint.health, (h) => ({ ...h, head: judged[i]!.head, behind: judged[i]!.behind })), { discard: true })
+    })
+
     const probing = (progress: Effect.Effect<void>): Effect.Effect<never> =>
-      Effect.forEach(endpoints, (endpoint) =>
-        probeIfIdle(endpoint).pipe(
-          Effect.zipRight(progress),
-          Effect.repeat(Schedule.spaced(settings.probeInterval)),
-          Effect.delay(settings.probeInterval)
-        ), { concurrency: "unbounded", discard: true }).pipe(Effect.zipRight(Effect.never))
+      probeRound.pipe(
+        Effect.zipRight(progress),
+        Effect.repeat(Schedule.spaced(settings.probeInterval)),
+        Effect.delay(settings.probeInterval),
+        Effect.zipRight(Effect.never)
+      )
 
     return {
       request,

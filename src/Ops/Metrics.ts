@@ -194,7 +194,7 @@ export const fromSnapshot = (pairs: ReadonlyArray<MetricPair.MetricPair.Untyped>
 
 const states: ReadonlyArray<ChainState> = ["starting", "running", "backing-off", "stopped", "standby"]
 
-const endpointStates: ReadonlyArray<EndpointState> = ["healthy", "failing", "backing-off", "refused", "unchecked"]
+const endpointStates: ReadonlyArray<EndpointState> = ["healthy", "behind", "failing", "backing-off", "refused", "unchecked"]
 
 /**
  * Each chain endpoint as this replica sees it, labelled by chain and `endpoint` (its host,
@@ -210,7 +210,7 @@ const endpointFamilies = (chains: ReadonlyArray<ChainStatus>): ReadonlyArray<Fam
   return [
     gauge(
       "confirmd_endpoint_state",
-      "1 for the endpoint's current state: healthy, failing, backing-off (rate-limited), refused (wrong chain) or unchecked",
+      "1 for the endpoint's current state: healthy, behind (its head lags the other endpoints'), failing, backing-off (rate-limited), refused (wrong chain) or unchecked",
       all.flatMap(({ chain, endpoint }) =>
         endpointStates.map((state) => ({ labels: { chain, endpoint: endpoint.endpoint, state }, value: endpoint.state === state ? 1 : 0 }))
       )

@@ -217,6 +217,43 @@ describe("several endpoints per chain", () => {
       }).pipe(withClients(env))
     }).pipe(Effect.scoped))
 
+  it.live("an endpoint whose head stopped moving is behind the other, which the calls then go to", () =>
+    Effect.gen(function*() {
+      const node = yield* spawnAnvil(yield* freePort)
+      // A node that stopped syncing: it answers at once, with the head it had when frozen.
+      let frozen: string | null = null
+      const stuck = yield* endpointInFront(node.url, ({ body, calls }, response) => {
+        void fetch(node.url, { method: "POST", headers: { "content-type": "application/json" }, body }).then(async (forwarded) => {
+          const answer = (await forwarded.json()) as { id: unknown; result?: unknown } | Array<{ id: unknown; result?: unknown }>
+          const heads = new Set(calls.filter((call) => call.method === "eth_blockNumber").map((call) => call.id))
+          const patch = (one: { id: unknown; result?: unknown }) => (frozen !== null && heads.has(one.id) ? { ...one, result: frozen } : one)
+          response.writeHead(200, { "content-type": "application/json" })
+            .end(JSON.stringify(Array.isArray(answer) ? answer.map(patch) : patch(answer)))
+        })
+      })
+      const env = {
+        CHAINS: "ethereum",
+        CHAIN_ID_ETHEREUM: "31337",
+        RPC_URL_ETHEREUM: `${stuck.url}/,${node.url}`,
+        RPC_PROBE_INTERVAL_MS: "200"
+      }
+      yield* Effect.gen(function*() {
+        const clients = yield* ChainClients
+        yield* eventually(Effect.flatMap(clients.endpoints("ethereum"), (health) =>
+          health.every((h) => h.state === "ready") ? Effect.void : Effect.fail("not checked yet")))
+        const before = yield* clients.head("ethereum")
+        frozen = `0x${before.toString(16)}`
+        yield* Effect.promise(() =>
+          fetch(node.url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "anvil_mine", params: ["0xa"] }) }))
+        // Listed first, it answered the head; once the probes compare heads, the other does.
+        const head = yield* eventually(Effect.flatMap(clients.head("ethereum"), (h) => h === before + 10n ? Effect.succeed(h) : Effect.fail("still the frozen head")))
+        expect(head).toBe(before + 10n)
+        const [frozenOne, live] = yield* clients.endpoints("ethereum")
+        expect(Option.getOrNull(frozenOne!.behind)).toEqual({ head: before, best: before + 10n, bestLabel: live!.label })
+        expect(Option.isNone(live!.behind)).toBe(true)
+      }).pipe(withClients(env))
+    }).pipe(Effect.scoped))
+
   it.live("a node answering JSON-RPC batches gets batching", () =>
     Effect.gen(function*() {
       const { anvil } = yield* anvilEnv

@@ -11,6 +11,7 @@ import {
   failed,
   hedgeDelayMs,
   initialHealth,
+  judgedHeads,
   outlasted,
   rateLimited,
   sampled,
@@ -68,6 +69,21 @@ describe("endpoint health", () => {
     })
     const refused = { ...ready, state: "refused" as const, refusal: Option.some("chain id 1, expected 31337") }
     expect(statusOf(refused, 0, bounds)).toMatchObject({ state: "refused", reason: "chain id 1, expected 31337" })
+  })
+
+  it("an endpoint whose head lags the highest by the chain's allowance is behind, shown so and ranked after", () => {
+    const a = { ...ready, label: "a:8545" }
+    const b = { ...ready, label: "b:8545" }
+    const c = { ...ready, label: "c:8545" }
+    const [stuck, live, unheard] = judgedHeads([a, b, c], [Option.some(100n), Option.some(103n), Option.none()], 3)
+    expect(Option.getOrNull(stuck!.behind)).toEqual({ head: 100n, best: 103n, bestLabel: "b:8545" })
+    expect(Option.isNone(live!.behind)).toBe(true)
+    expect(unheard).toBe(c)
+    expect(statusOf(stuck!, 0, bounds)).toMatchObject({ state: "behind", reason: "head 100, 3 blocks behind b:8545" })
+    expect([stuck!, live!].sort(byHealth).map((h) => h.label)).toEqual(["b:8545", "a:8545"])
+    // Two blocks apart is not behind; catching up clears it.
+    expect(judgedHeads([a, b], [Option.some(101n), Option.some(103n)], 3).every((h) => Option.isNone(h.behind))).toBe(true)
+    expect(Option.isNone(judgedHeads([stuck!, live!], [Option.some(103n), Option.some(103n)], 3)[0]!.behind)).toBe(true)
   })
 
   it("a chain is named when none of its endpoints can be used", () => {
