@@ -22,8 +22,6 @@ import {
   BigDecimal,
   Cause,
   Clock,
-  Config,
-  ConfigError,
   Deferred,
   Duration,
   Effect,
@@ -41,6 +39,8 @@ import { hostOf, rootMessage } from "../Domain/Host.ts"
 import { decimalFromNumber, formatDecimal, parseDecimal } from "../Domain/Money.ts"
 import { failureLogIntervalConfig, makeFailureStreak } from "../Supervision/FailureLog.ts"
 import { traced } from "../Tracing/Methods.ts"
+import { corroborated } from "./Corroboration.ts"
+import { PriceSource, priceSettings } from "./PriceSettings.ts"
 
 /** Failed requests to a price source (tag `source`). */
 export const priceSourceErrors = Metric.counter("confirmd_price_source_errors_total", {
@@ -58,8 +58,6 @@ export class PriceUnavailable extends Schema.TaggedError<PriceUnavailable>()("Pr
   hint: Schema.String
 }) {}
 
-export const PriceSource = Schema.Literal("coingecko", "coinbase", "kraken")
-export type PriceSource = typeof PriceSource.Type
 
 /** Instrument names per source; a symbol a source does not list is skipped there. */
 const instruments: Readonly<Record<PriceSource, Readonly<Partial<Record<TokenSymbol, string>>>>> = {
@@ -112,117 +110,6 @@ const KrakenBody = Schema.Struct({
   }))
 })
 
-interface Settings {
-  readonly fixed: Option.Option<HashMap.HashMap<TokenSymbol, BigDecimal.BigDecimal>>
-  readonly sources: ReadonlyArray<PriceSource>
-  /** In percent of the lower price. */
-  readonly maxDeviation: BigDecimal.BigDecimal
-  readonly urls: Readonly<Record<PriceSource, string>>
-  readonly cacheTtl: Duration.Duration
-  readonly timeout: Duration.Duration
-}
-
-const invalid = (name: string, message: string) => ConfigError.InvalidData([name], message)
-
-const parseSources = (text: string): Either.Either<ReadonlyArray<PriceSource>, ConfigError.ConfigError> => {
-  const names = text.split(",").map((name) => name.trim()).filter((name) => name !== "")
-  const unknown = names.filter((name) => !Schema.is(PriceSource)(name))
-  if (names.length === 0 || unknown.length > 0) {
-    return Either.left(invalid(
-      "PRICE_SOURCES",
-      `expected a comma-separated list of ${PriceSource.literals.join(", ")}; got ${JSON.stringify(text)}`
-    ))
-  }
-  return Either.right(names.filter(Schema.is(PriceSource)))
-}
-
-/** `BTC=65000,ETH=3000.5`; blank counts as unset so an empty env entry changes nothing. */
-const parseFixed = (
-  text: Option.Option<string>
-): Either.Either<Option.Option<HashMap.HashMap<TokenSymbol, BigDecimal.BigDecimal>>, ConfigError.ConfigError> => {
-  if (Option.isNone(text) || text.value.trim() === "") return Either.right(Option.none())
-  let prices = HashMap.empty<TokenSymbol, BigDecimal.BigDecimal>()
-  for (const entry of text.value.split(",")) {
-    const [symbol = "", price = "", ...rest] = entry.split("=").map((part) => part.trim())
-    const value = parseDecimal(price)
-    if (
-      rest.length > 0 || !Schema.is(TokenSymbol)(symbol) || HashMap.has(prices, symbol) ||
-      Option.isNone(value) || value.value.value <= 0n
-    ) {
-      return Either.left(invalid(
-        "PRICE_FIXED_USD",
-        `bad entry ${JSON.stringify(entry)}: expected SYMBOL=PRICE pairs such as BTC=65000,ETH=3000 with ` +
-          `symbols from ${TokenSymbol.literals.join(", ")} (each once) and positive decimal prices`
-      ))
-    }
-    prices = HashMap.set(prices, symbol, value.value)
-  }
-  return Either.right(Option.some(prices))
-}
-
-const baseUrl = (name: string, fallback: string) =>
-  Config.string(name).pipe(Config.withDefault(fallback), Config.map((url) => url.replace(/\/+$/, "")))
-
-const secondsConfig = (name: string, fallback: number, allowZero: boolean) =>
-  Config.number(name).pipe(
-    Config.validate({
-      message: allowZero ? "expected a number of seconds >= 0" : "expected a number of seconds > 0",
-      validation: (seconds) => Number.isFinite(seconds) && (allowZero ? seconds >= 0 : seconds > 0)
-    }),
-    Config.withDefault(fallback),
-    Config.map(Duration.seconds)
-  )
-
-const settings: Config.Config<Settings> = Config.all({
-  fixed: Config.option(Config.string("PRICE_FIXED_USD")).pipe(Config.mapOrFail(parseFixed)),
-  sources: Config.string("PRICE_SOURCES").pipe(
-    Config.withDefault("coingecko,coinbase,kraken"),
-    Config.mapOrFail(parseSources)
-  ),
-  urls: Config.all({
-    coingecko: baseUrl("PRICE_COINGECKO_URL", "https://api.coingecko.com"),
-    coinbase: baseUrl("PRICE_COINBASE_URL", "https://api.coinbase.com"),
-    kraken: baseUrl("PRICE_KRAKEN_URL", "https://api.kraken.com")
-  }),
-  maxDeviation: Config.string("PRICE_MAX_DEVIATION_PERCENT").pipe(
-    Config.withDefault("2"),
-    Config.mapOrFail((text) =>
-      Option.match(Option.filter(parseDecimal(text.trim()), (percent) => percent.value > 0n), {
-        onNone: () => Either.left(invalid("PRICE_MAX_DEVIATION_PERCENT", `expected a positive decimal; got ${JSON.stringify(text)}`)),
-        onSome: Either.right
-      })
-    )
-  ),
-  cacheTtl: secondsConfig("PRICE_CACHE_SECONDS", 60, true),
-  timeout: secondsConfig("PRICE_TIMEOUT_SECONDS", 5, false)
-})
-
-/** Whether two prices are within `percent` of the lower one. */
-export const agree = (a: BigDecimal.BigDecimal, b: BigDecimal.BigDecimal, percent: BigDecimal.BigDecimal): boolean =>
-  BigDecimal.lessThanOrEqualTo(
-    BigDecimal.multiply(BigDecimal.abs(BigDecimal.subtract(a, b)), BigDecimal.fromBigInt(100n)),
-    BigDecimal.multiply(BigDecimal.min(a, b), percent)
-  )
-
-/**
- * The price the sources' answers (in the order asked) give: the lower of the first two that
- * agree within `percent`; a lone answer as it is; none when there is no answer, or when no
- * two of several agree (`disagree`).
- */
-export const corroborated = (
-  answers: ReadonlyArray<BigDecimal.BigDecimal>,
-  percent: BigDecimal.BigDecimal
-): { readonly _tag: "Price"; readonly price: BigDecimal.BigDecimal } | { readonly _tag: "None" | "Disagree" } => {
-  if (answers.length === 0) return { _tag: "None" }
-  if (answers.length === 1) return { _tag: "Price", price: answers[0]! }
-  for (let j = 1; j < answers.length; j++) {
-    for (let i = 0; i < j; i++) {
-      if (agree(answers[i]!, answers[j]!, percent)) return { _tag: "Price", price: BigDecimal.min(answers[i]!, answers[j]!) }
-    }
-  }
-  return { _tag: "Disagree" }
-}
-
 /** Why one source gave no price; only ever folded into a `PriceUnavailable` message. */
 class SourceFailed extends Schema.TaggedError<SourceFailed>()("SourceFailed", {
   source: PriceSource,
@@ -235,7 +122,7 @@ type CacheEntry =
 
 export class PriceOracle extends Effect.Service<PriceOracle>()("confirmd/PriceOracle", {
   scoped: Effect.gen(function*() {
-    const config = yield* settings
+    const config = yield* priceSettings
     const client = (yield* HttpClient.HttpClient).pipe(HttpClient.filterStatusOk)
     const scope = yield* Effect.scope
     // A source that keeps failing is one line, then one a minute, then one when it answers again.

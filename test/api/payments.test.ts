@@ -4,7 +4,7 @@ import { rolledPeriodEnd } from "../../src/Accounts/Accounts.ts"
 import { expect, layer } from "@effect/vitest"
 import { Effect, FastCheck as fc, Redacted } from "effect"
 import { randomBytes, randomUUID } from "node:crypto"
-import type { PriceSource } from "../../src/Price/PriceOracle.ts"
+import type { PriceSource } from "../../src/Price/PriceSettings.ts"
 import { App, eventually, subscribe, type TestApp } from "../support/TestApp.ts"
 
 const ETH_A = "0x1111111111111111111111111111111111111111"

@@ -19,7 +19,7 @@ import type { AddressInfo } from "node:net"
 import { Effect } from "effect"
 import type { Scope } from "effect"
 import type { Symbol } from "../../src/Domain/Chain.ts"
-import type { PriceSource } from "../../src/Price/PriceOracle.ts"
+import type { PriceSource } from "../../src/Price/PriceSettings.ts"
 
 export type FailMode = "status" | "garbage" | "hang"
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import { BigDecimal, FastCheck as fc } from "effect"
-import { agree, corroborated } from "../../src/Price/PriceOracle.ts"
+import { agree, corroborated } from "../../src/Price/Corroboration.ts"
 
 const d = (text: string) => BigDecimal.unsafeFromString(text)
 const two = d("2")
