@@ -41,6 +41,16 @@ const headOf = (url: string) => Effect.map(rpc(url, "eth_blockNumber"), (n) => B
 const blockHashAt = (url: string, height: bigint) =>
   Effect.map(rpc(url, "eth_getBlockByNumber", [`0x${height.toString(16)}`, false]), (b) => (b as { hash: string }).hash)
 
+/** A fresh database, the event log and a reader of its ethereum blocks, and an anvil of its own. */
+const onOwnAnvil = (kind: (typeof logKinds)[number]) =>
+  Effect.gen(function*() {
+    const database = yield* freshDatabase
+    const eventLog = yield* makeEventLog(kind)
+    const seen = yield* collect(eventLog, "ethereum")
+    const node = yield* spawnAnvil(yield* freePort)
+    return { database, eventLog, seen, node, ...anvilClients(node.url) }
+  })
+
 const env = (databaseUrl: string, url: string, extra: Record<string, string> = {}) => ({
   CHAINS: "ethereum",
   RPC_URL_ETHEREUM: url,
@@ -164,11 +174,7 @@ describe.each(logKinds)("ChainIngester on anvil through the %s EventLog", (kind)
 
   it.scopedLive("a reorg deeper than 64 blocks is followed to its common ancestor, as deep as a payment may wait", () =>
     Effect.gen(function*() {
-      const database = yield* freshDatabase
-      const eventLog = yield* makeEventLog(kind)
-      const seen = yield* collect(eventLog, "ethereum")
-      const node = yield* spawnAnvil(yield* freePort)
-      const { test, wallet } = anvilClients(node.url)
+      const { database, eventLog, node, seen, test, wallet } = yield* onOwnAnvil(kind)
       const registry = yield* startIngesters(eventLog, env(database.url, node.url, { START_BLOCK_ETHEREUM: "0" }))
       yield* Effect.promise(() => test.mine({ blocks: 150 }))
       yield* statusUntil(registry, "ethereum", (s) => s.lastPublished?.number === 150n, 60)
@@ -186,11 +192,7 @@ describe.each(logKinds)("ChainIngester on anvil through the %s EventLog", (kind)
 
   it.scopedLive("a run that reached the log before its cursor moved, then replaced by the chain, is followed by a reorg record before its replacement", () =>
     Effect.gen(function*() {
-      const database = yield* freshDatabase
-      const eventLog = yield* makeEventLog(kind)
-      const seen = yield* collect(eventLog, "ethereum")
-      const node = yield* spawnAnvil(yield* freePort)
-      const { test, wallet } = anvilClients(node.url)
+      const { database, eventLog, node, seen, test, wallet } = yield* onOwnAnvil(kind)
       const to = privateKeyToAccount(generatePrivateKey()).address.toLowerCase()
       // Once armed, the next publish reaches the log, the chain then replaces its newest block,
       // and the publish reports a failure (a reply lost after the broker stored the records), so
