@@ -20,7 +20,7 @@
  * stopped. viem's `http` transport still does the HTTP and JSON-RPC work underneath.
  */
 import { Cause, Duration, Effect, Exit, Option, Runtime } from "effect"
-import { BaseError, custom, http, HttpRequestError, RpcRequestError, TimeoutError, type Transport } from "viem"
+import { BaseError, custom, http, HttpRequestError, RpcError, RpcRequestError, TimeoutError, type Transport } from "viem"
 import type { EndpointHealth, EndpointStatus } from "./EndpointHealth.ts"
 import { type FailoverSettings, makeFailover, type Readied } from "./Failover.ts"
 import type { NodeFetch } from "./NodeFetch.ts"
@@ -30,7 +30,11 @@ export interface EndpointPool {
    * One JSON-RPC call through the failover; fails with the endpoint's own error (viem's, as its
    * `http` transport raised it) or the failover's.
    */
-  readonly request: (method: string, params: ReadonlyArray<unknown>) => Effect.Effect<unknown, unknown>
+  readonly request: (
+    method: string,
+    params: ReadonlyArray<unknown>,
+    options?: { readonly unanimous?: boolean }
+  ) => Effect.Effect<unknown, unknown>
   /** The same as a viem transport, for viem's own actions. */
   readonly transport: Transport
   /** Checks every unchecked endpoint's chain id now (the start check). */
@@ -92,9 +96,12 @@ export const describeRpcError = (error: unknown): string => {
   return [error.shortMessage.replace(/\.$/, ""), error.details, wire].filter((s) => s !== undefined && s !== "").join(": ")
 }
 
-/** The node's own "no": a JSON-RPC error object, or an HTTP 4xx other than 429. */
+/**
+ * The node's own "no": a JSON-RPC error object (as the transport raised it, or as viem names
+ * its code: `MethodNotFoundRpcError`), or an HTTP 4xx other than 429.
+ */
 export const isAnswer = (error: unknown): boolean =>
-  error instanceof RpcRequestError ||
+  error instanceof RpcRequestError || error instanceof RpcError ||
   (error instanceof HttpRequestError && error.status !== undefined && error.status >= 400 && error.status < 500 && error.status !== 429)
 
 /** Methods that change state somewhere: never sent twice at once. */
@@ -164,7 +171,8 @@ export const makeEndpointPool = (options: {
       refusalHint: ` (CHAIN_ID_${options.chainName.toUpperCase()})`
     }, options)
 
-    const send = (args: RpcArgs) => pool.request((connection) => ask(connection, args), { hedge: !writes.test(args.method) })
+    const send = (args: RpcArgs, unanimous = false) =>
+      pool.request((connection) => ask(connection, args), { hedge: !writes.test(args.method), unanimous })
 
     const transport: Transport = custom({
       request: (args: RpcArgs) =>
@@ -177,7 +185,7 @@ export const makeEndpointPool = (options: {
     }, { retryCount: 0 })
 
     return {
-      request: (method, params) => send({ method, params }),
+      request: (method, params, options) => send({ method, params }, options?.unanimous),
       transport,
       checkAll: pool.checkAll,
       health: pool.health,

@@ -22,6 +22,7 @@ import {
   type TracesSetting
 } from "./EvmBlocks.ts"
 import { Quantity } from "./EvmWire.ts"
+import { EveryEndpointAnswered } from "./Failover.ts"
 
 export type EvmChainName = Exclude<ChainName, "bitcoin">
 
@@ -81,20 +82,28 @@ export const makeEvmClient = (
   // methods they do not offer) is told apart from one that cannot be reached. A rate limit
   // sent as a JSON-RPC error is not a "no": read as one, a method the node offers would be
   // taken for one it lacks (traces, and with them internal transfers, given up).
-  const request: RpcRequest = (method, params) =>
-    endpoints.request(method, params).pipe(
-      Effect.mapError((error) =>
-        (isAnswer(error) || error instanceof RpcError) && Option.isNone(rateLimit(error, 0))
-          ? new NodeRefused({
+  const isRefusal = (error: unknown) => isAnswer(error) && Option.isNone(rateLimit(error, 0))
+  // Some providers refuse a method they do not offer with an HTTP 404 or 405 (others with a 400
+  // whose body says so, which the words catch); any other 4xx is this call failing.
+  const deniesMethod = (error: unknown) =>
+    (error instanceof HttpRequestError && (error.status === 404 || error.status === 405)) ||
+    saysNoSuchMethod(error instanceof RpcError || error instanceof RpcRequestError ? error.code : undefined, describeRpcError(error))
+  const request: RpcRequest = (method, params, options) =>
+    endpoints.request(method, params, options).pipe(
+      Effect.mapError((error) => {
+        // Asked of every endpoint: "no such method" only when each said so.
+        if (error instanceof EveryEndpointAnswered) {
+          const other = error.answers.find((answer) => !deniesMethod(answer))
+          return new NodeRefused({
             method,
-            message: describeRpcError(error),
-            // Some providers refuse a method they do not offer with an HTTP 404 or 405 (others
-            // with a 400 whose body says so, which the words catch); any other 4xx is this call failing.
-            noSuchMethod: (error instanceof HttpRequestError && (error.status === 404 || error.status === 405)) ||
-              saysNoSuchMethod(error instanceof RpcError || error instanceof RpcRequestError ? error.code : undefined, describeRpcError(error))
+            message: describeRpcError(other ?? error.answers[0]),
+            noSuchMethod: other === undefined
           })
+        }
+        return isRefusal(error)
+          ? new NodeRefused({ method, message: describeRpcError(error), noSuchMethod: deniesMethod(error) })
           : new ChainUnavailable({ chain, message: `${method}: ${describeRpcError(error)}` })
-      ),
+      }),
       Effect.timeoutFail({
         duration: timeout,
         onTimeout: () => new ChainUnavailable({ chain, message: `${method}: no answer within ${Duration.format(timeout)}` })

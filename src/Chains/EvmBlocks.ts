@@ -47,7 +47,9 @@ export const saysNoSuchMethod = (code: number | undefined, message: string): boo
 /** One JSON-RPC call to the chain's node. */
 export type RpcRequest = (
   method: string,
-  params: ReadonlyArray<unknown>
+  params: ReadonlyArray<unknown>,
+  /** `unanimous`: a refusal is every endpoint's (Failover.ts). */
+  options?: { readonly unanimous?: boolean }
 ) => Effect.Effect<unknown, ChainUnavailable | NodeRefused>
 
 export const TracesSetting = Schema.Literal("auto", "on", "off")
@@ -113,12 +115,13 @@ export const makeBlockReader = (options: {
       )
 
     /**
-     * Whether the node offers the tracing `method`: no only when it says it has no such method.
-     * A wrong no would read blocks without their internal transfers for `reprobeWithoutTraces`,
-     * so any other refusal fails the probe, and the read after it probes again.
+     * Whether the node offers the tracing `method`: no only when it says it has no such method,
+     * and with several endpoints, each of them. A wrong no would read blocks without their
+     * internal transfers for `reprobeWithoutTraces`, so any other refusal, or an endpoint not
+     * heard (down, rate-limited), fails the probe, and the read after it probes again.
      */
     const offers = (method: string, params: ReadonlyArray<unknown>) =>
-      request(method, params).pipe(
+      request(method, params, { unanimous: true }).pipe(
         Effect.as(true),
         Effect.catchTag("NodeRefused", (refused) =>
           refused.noSuchMethod

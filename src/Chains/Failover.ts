@@ -18,7 +18,7 @@
  *   head) is behind, and ranks after those that are not.
  * - When every endpoint fails, the failure names each with its reason.
  */
-import { Cause, Chunk, Clock, Deferred, Duration, Effect, Option, Ref, Schedule } from "effect"
+import { Cause, Chunk, Clock, Data, Deferred, Duration, Effect, Option, Ref, Schedule } from "effect"
 import { type FailureStreak, makeFailureStreak } from "../Supervision/FailureLog.ts"
 import {
   answered,
@@ -67,6 +67,22 @@ export interface EndpointKind<C> {
   readonly refusalHint?: string
 }
 
+export interface RequestOptions {
+  /** Also send the call to the next endpoint when this one is slow (default: true; only for reads). */
+  readonly hedge?: boolean
+  /**
+   * Fail with the endpoints' own answers (`EveryEndpointAnswered`) only when every endpoint not
+   * refused for good was asked and answered; otherwise with the failover's failure. By default
+   * the first endpoint's answer is the call's, as it says more than the others' silence.
+   */
+  readonly unanimous?: boolean
+}
+
+/** Every endpoint's own answer to a call asked `unanimous`, the best ranked first. */
+export class EveryEndpointAnswered extends Data.TaggedError("EveryEndpointAnswered")<{
+  readonly answers: ReadonlyArray<unknown>
+}> {}
+
 export type Readied<C> =
   | { readonly _tag: "Ready"; readonly connection: C; readonly batching: boolean }
   | { readonly _tag: "Refused"; readonly refusal: string }
@@ -84,10 +100,7 @@ export interface Failover<C> {
    * Runs `call` on the healthiest open endpoint, on any failure on the next one, and (with
    * `hedge`, the default: only for reads) also on the next one when it is slow.
    */
-  readonly request: <A>(
-    call: (connection: C) => Effect.Effect<A, unknown>,
-    options?: { readonly hedge?: boolean }
-  ) => Effect.Effect<A, unknown>
+  readonly request: <A>(call: (connection: C) => Effect.Effect<A, unknown>, options?: RequestOptions) => Effect.Effect<A, unknown>
   /** Readies every endpoint not readied yet, now (the start check). */
   readonly checkAll: Effect.Effect<void>
   readonly health: Effect.Effect<ReadonlyArray<EndpointHealth>>
@@ -264,7 +277,7 @@ export const makeFailover = <C>(kind: EndpointKind<C>, options: {
       })
     }
 
-    const request = <A>(call: (connection: C) => Effect.Effect<A, unknown>, requestOptions: { readonly hedge?: boolean } = {}) =>
+    const request = <A>(call: (connection: C) => Effect.Effect<A, unknown>, requestOptions: RequestOptions = {}) =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
         const all = yield* healths
@@ -291,11 +304,18 @@ export const makeFailover = <C>(kind: EndpointKind<C>, options: {
               if (after.every(({ health }) => health.state === "refused")) return yield* Effect.fail(everyRefused(after))
               const answered = (attempt: (typeof failures)[number]) =>
                 kind.isAnswer(attempt.error) && Option.isNone(kind.rateLimit(attempt.error, 0))
-              // An endpoint's own answer ("no such method") is the pool's only when every endpoint
-              // not refused for good was asked and gave one: another, down or rate-limited now, may
-              // offer what this one lacks (traces, and with them internal transfers).
-              if (failures.length === usable.length && failures.every(answered)) return yield* Effect.fail(failures[0]!.error)
-              if (failures.length === 1 && usable.length === 1) return yield* Effect.fail(failures[0]!.error)
+              if (requestOptions.unanimous === true) {
+                // Every endpoint's answer, or none: one down or rate-limited now may offer what
+                // the others lack (traces, and with them internal transfers).
+                if (failures.length === usable.length && failures.every(answered)) {
+                  return yield* Effect.fail(new EveryEndpointAnswered({ answers: failures.map((attempt) => attempt.error) }))
+                }
+              } else {
+                if (failures.length === 1) return yield* Effect.fail(failures[0]!.error)
+                // An endpoint's own answer ("no such method") says more than the others' silence.
+                const answer = failures.find(answered)
+                if (answer !== undefined) return yield* Effect.fail(answer.error)
+              }
               return yield* Effect.fail(kind.failure(
                 `every ${kind.noun} of ${options.chainName} failed`,
                 failures.map((attempt) => `${ranked[attempt.rank]!.endpoint.label}: ${kind.describe(attempt.error)}`).join("; ")

@@ -217,6 +217,38 @@ describe("several endpoints per chain", () => {
       }).pipe(withClients(env))
     }).pipe(Effect.scoped))
 
+  it.live("traces are off only when every endpoint says it has none; a missing receipts method needs no such agreement", () =>
+    Effect.gen(function*() {
+      const { anvil } = yield* anvilEnv
+      // Ranked first: no traces. The other traces, but this time answers the probe with another error.
+      const traceless = yield* startRpcProxy(anvil, ["trace_block", "debug_traceBlockByHash"])
+      const behind = yield* endpointInFront(anvil, ({ body, calls }, response) => {
+        if (calls.some((call) => call.method === "trace_block" || call.method === "debug_traceBlockByHash")) {
+          const refuse = (call: Calls[number]) => ({ jsonrpc: "2.0", id: call.id ?? null, error: { code: -32000, message: "header not found" } })
+          response.writeHead(200, { "content-type": "application/json" })
+            .end(JSON.stringify(Array.isArray(JSON.parse(body)) ? calls.map(refuse) : refuse(calls[0]!)))
+          return
+        }
+        void fetch(anvil, { method: "POST", headers: { "content-type": "application/json" }, body })
+          .then(async (forwarded) => response.writeHead(forwarded.status, { "content-type": "application/json" }).end(await forwarded.text()))
+      })
+      const reading = (urls: string) =>
+        Effect.flatMap(ChainClients, (clients) => Effect.either(clients.reading("ethereum"))).pipe(
+          withClients({ CHAINS: "ethereum", CHAIN_ID_ETHEREUM: "31337", RPC_URL_ETHEREUM: urls })
+        )
+      const split = yield* reading(`${traceless.url},${behind.url}/`)
+      expect(split._tag === "Left" ? split.left : split.right).toBeInstanceOf(ChainUnavailable)
+      // Both without traces: off, and blocks are read.
+      const both = yield* reading(`${traceless.url},${(yield* startRpcProxy(anvil, ["trace_block", "debug_traceBlockByHash"])).url}`)
+      expect(both._tag === "Right" ? Option.map(both.right, (r) => r.traces) : both.left).toEqual(Option.some("off"))
+      // A node without eth_getBlockReceipts beside one that is down: receipts one by one, at once.
+      const unreachable = `http://127.0.0.1:${yield* freePort}`
+      const noBlockReceipts = yield* startRpcProxy(anvil, ["eth_getBlockReceipts"])
+      const receipts = yield* reading(`${noBlockReceipts.url},${unreachable}`)
+      expect(receipts._tag === "Right" ? Option.map(receipts.right, (r) => r.receipts) : receipts.left)
+        .toEqual(Option.some("eth_getTransactionReceipt"))
+    }).pipe(Effect.scoped))
+
   it.live("an endpoint whose head stopped moving is behind the other, which the calls then go to", () =>
     Effect.gen(function*() {
       const node = yield* spawnAnvil(yield* freePort)
