@@ -145,7 +145,11 @@ export const readBlock = (
     ),
     exact AS (
       SELECT t.ord, w.id, w.kind,
-             (w.expires_at > ${bt} OR EXISTS (SELECT 1 FROM detections d WHERE d.watch_id = w.id AND d.tx_hash = t.tx_hash)) AS live
+             ((w.expires_at > ${bt}
+               -- A confirmed intent's or challenge's watch holds its amount (ExpirySweeper.ts),
+               -- but takes no transaction other than its own.
+               AND (w.kind = 'payment' OR NOT EXISTS (SELECT 1 FROM detections d WHERE d.watch_id = w.id)))
+              OR EXISTS (SELECT 1 FROM detections d WHERE d.watch_id = w.id AND d.tx_hash = t.tx_hash)) AS live
       FROM t JOIN a ON a.address = t.address AND a.asset = t.asset JOIN watches w
         ON w.open AND w.chain = ${block.chain} AND w.asset = t.asset AND w.address = t.address AND w.amount_smallest = t.amount
       WHERE COALESCE(w.start_block, -1) < ${n}::bigint

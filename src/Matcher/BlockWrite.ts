@@ -35,9 +35,9 @@ export interface RecordsSink {
 /**
  * The confirmed intents and challenges of a block as parts of the write: their updates (with a
  * signup's subscription activated), their detections, and the rows the statement returns. Their
- * watches stay open, holding the amount until the sweeper closes them after the late window:
- * freed at once, it could be given to a newer intent or challenge, and a duplicate of the
- * donation, or its transaction mined again after a reorg, would confirm that one. Most blocks
+ * watches stay open, holding the amount until the sweeper closes them: freed at once, it could
+ * be given to a newer intent or challenge, and the donation's transaction mined again after a
+ * reorg would confirm that one. Most blocks
  * confirm none, and then the parts are left out rather than run empty.
  */
 const donationStatements = (

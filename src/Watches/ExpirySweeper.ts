@@ -1,7 +1,7 @@
 /**
  * Moves PENDING payments, signup intents and challenges past their expiry to EXPIRED, and closes
- * their watches once the late window (`LATE_PAYMENT_WINDOW_SECONDS`) has passed too, freeing
- * their amounts. Reads already show EXPIRED before this runs (see `effectiveStatus`); the
+ * their watches once the late window (`LATE_PAYMENT_WINDOW_SECONDS`; for intents and
+ * challenges at most an hour) has passed too, freeing their amounts. Reads already show EXPIRED before this runs (see `effectiveStatus`); the
  * sweeper makes it durable. Until its watch closes, a transfer of a payment's amount is its
  * payer's, paid late, and no newer payment, intent or challenge on the address is given the
  * amount of any of them (a confirmed intent's or challenge's included: the matcher leaves
@@ -27,6 +27,13 @@ import { Supervisor } from "../Supervision/Supervisor.ts"
  */
 const bitcoinTimeSlack = Duration.hours(2)
 
+/**
+ * The longest an intent's or challenge's amount is held after its expiry (the late window, if
+ * shorter). A donor later than that is rare, and a longer hold would let one client's
+ * challenges (`CHALLENGE_RATE_LIMIT`, 60 an hour) raise every donor's amount by many steps.
+ */
+const donationHoldMax = Duration.hours(1)
+
 /** How many of each kind a sweep expired (a count as text, as PostgreSQL gives it). */
 const SweptRows = Schema.Array(Schema.Struct({
   kind: Schema.Literal("payment", "intent", "challenge"),
@@ -48,6 +55,7 @@ export const sweepExpired = Effect.gen(function*() {
         OR c.block_time < ${at} + CASE WHEN c.chain = 'bitcoin'
           THEN make_interval(secs => ${Duration.toSeconds(bitcoinTimeSlack)}::double precision) ELSE interval '0' END))`
     const late = sql`make_interval(secs => ${lateWindow}::double precision)`
+    const donationHold = sql`make_interval(secs => ${Math.min(lateWindow, Duration.toSeconds(donationHoldMax))}::double precision)`
     const rows = yield* sql`
       WITH payments_expired AS (
         UPDATE payments p SET status = 'EXPIRED'
@@ -60,15 +68,18 @@ export const sweepExpired = Effect.gen(function*() {
           AND (p.expires_at + ${late} <= now() OR NOT EXISTS (SELECT 1 FROM detections d WHERE d.watch_id = p.id))
         RETURNING id
       ),
-      -- A watch holds its amount through the late window: a late payer's transfer must not
-      -- complete a newer payment, intent or challenge given the same amount on the address.
-      -- So does the watch of a confirmed intent or challenge: a duplicate of its donation, or
-      -- its transaction mined again after a reorg, must not confirm a newer one.
+      -- A watch holds its amount after its expiry (a payment's through the late window, an
+      -- intent's or challenge's for at most an hour): a late payer's transfer must not complete
+      -- a newer payment, intent or challenge given the same amount on the address. So does the
+      -- watch of a confirmed intent or challenge: its transaction mined again after a reorg
+      -- must not confirm a newer one.
       closed AS (
         UPDATE watches w SET open = false
-        WHERE open AND w.expires_at <= now() - ${late}
+        WHERE open
+          AND ((w.kind = 'payment' AND w.expires_at <= now() - ${late})
+               OR (w.kind IN ('intent', 'challenge') AND w.expires_at <= now() - ${donationHold}))
           AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = w.id AND p.tx_hash IS NOT NULL)
-          AND ${matchedPast(sql`w.chain`, sql`w.expires_at + ${late}`)}
+          AND ${matchedPast(sql`w.chain`, sql`w.expires_at + CASE WHEN w.kind = 'payment' THEN ${late} ELSE ${donationHold} END`)}
       ),
       -- Intents and challenges still pending expire with their lifetime, found by their held
       -- watches (open until the late window ends, so every pending one past expiry has one).

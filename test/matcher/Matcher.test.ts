@@ -503,6 +503,13 @@ for (const kind of logKinds) {
         expect((yield* h.app.request("GET", `/signup/${bob.intent.intent_id}`)).body)
           .toMatchObject({ status: "PENDING", account_status: "pending" })
         expect((yield* h.app.request("GET", `/signup/${alice.intent.intent_id}`)).body.status).toBe("EXPIRED")
+        // An hour past its expiry the amount is free, although the late window of payments is a day.
+        expect(yield* watchOpen(h, alice.intent.intent_id)).toBe(true)
+        yield* h.sql`UPDATE watches SET expires_at = now() - interval '61 minutes' WHERE id = ${alice.intent.intent_id}`.pipe(Effect.orDie)
+        yield* h.publish(block("ethereum", n + 2n, [], { timestamp: Math.floor(Date.now() / 1000) }))
+        yield* h.settled("ethereum")
+        yield* sweepExpired.pipe(Effect.provide(MatcherCursors.Default), Effect.provideService(SqlClient.SqlClient, h.sql), Effect.orDie)
+        expect(yield* watchOpen(h, alice.intent.intent_id)).toBe(false)
       }).pipe(Effect.scoped))
 
     it.live("a confirmed challenge's transaction mined again after a reorg confirms no newer challenge given its amount", () =>
@@ -570,6 +577,26 @@ for (const kind of logKinds) {
         expect(other.body).toMatchObject({ status: "CONFIRMED", tx_hash: tx2 })
         expect((yield* outbox(h, silent.body.challenge_id)).map((e) => e.type)).toEqual(["challenge.confirmed"])
         expect((yield* outbox(h, challenge.challenge_id)).map((e) => e.type)).toEqual(["challenge.confirmed"])
+      }).pipe(Effect.scoped))
+
+    it.live("another transaction of a confirmed challenge's amount is not the challenge's: the payment open on that address takes it", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(kind)
+        const challenge = (yield* h.app.request("POST", "/challenges", { json: { chain: "ethereum", usd_amount: "2" } })).body
+        const payment = yield* createPayment(h)
+        // The operator takes payments on its donation address too (here, the merchant's).
+        yield* h.sql`UPDATE watches SET address = ${MERCHANT} WHERE id = ${challenge.challenge_id}`.pipe(Effect.orDie)
+        const n = above(payment.startBlock)
+        const amount = BigInt(challenge.amount_smallest)
+        yield* h.publish(block("ethereum", n, [{ to: MERCHANT, value: amount }]))
+        yield* h.publish(block("ethereum", n + 1n, [{ to: MERCHANT, value: amount }]))
+        yield* h.settled("ethereum")
+        expect((yield* h.app.request("GET", `/challenges/${challenge.challenge_id}`)).body.status).toBe("CONFIRMED")
+        expect(yield* status(h, payment)).toMatchObject({
+          status: "PENDING",
+          amount_received_wei: challenge.amount_smallest,
+          exception: "underpaid"
+        })
       }).pipe(Effect.scoped))
 
     it.live("does not commit a block whose transaction failed, and applies it once the database recovers", () =>
