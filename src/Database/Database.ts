@@ -73,16 +73,17 @@ const statementTimeout = Config.integer("DATABASE_STATEMENT_TIMEOUT_MS").pipe(
 )
 
 /**
- * `DATABASE_JIT` (default false): whether PostgreSQL may compile plans with JIT. Off, the
- * sessions say so when connecting (`-c jit=off`): its compile time (about 0.9 s here) is paid
- * on every run of a statement whose estimated cost passes `jit_above_cost`, such as
- * `GET /transfers` on a large log, which runs in about 20 ms without it. The service's
- * statements are all short; true leaves the server's setting.
+ * `DATABASE_JIT` (default false): whether PostgreSQL may compile plans with JIT. Off, each
+ * connection sets `jit = off` first: its compile time (about 0.9 s here) is paid on every run
+ * of a statement whose estimated cost passes `jit_above_cost`, such as `GET /transfers` on a
+ * large log, which runs in about 20 ms without it. The service's statements are all short; true
+ * leaves the server's setting. A `SET`, not a startup option: one would replace `PGOPTIONS` or
+ * the URL's own `options`, and PgBouncer refuses startup options it does not know.
  */
 const jit = Config.boolean("DATABASE_JIT").pipe(Config.withDefault(false))
 
 /** A `pg` pool for the scope, checked by one query, as sql-pg's own layer makes it. */
-const pool = (config: pg.PoolConfig & { readonly application_name: string }, prepare: boolean) =>
+const pool = (config: pg.PoolConfig & { readonly application_name: string }, prepare: boolean, jitAllowed = true) =>
   Effect.acquireRelease(
     Effect.sync(() => {
       const made = new pg.Pool({
@@ -99,6 +100,9 @@ const pool = (config: pg.PoolConfig & { readonly application_name: string }, pre
       // An idle connection's error surfaces on its next use; unhandled, it would end the process.
       made.on("error", () => {})
       if (prepare) made.on("connect", preparingStatements())
+      // Queued before any statement of the connection's first user; a server without JIT
+      // (before PostgreSQL 11) refuses the setting, which changes nothing.
+      if (!jitAllowed) made.on("connect", (client) => void client.query("SET jit = off").catch(() => {}))
       return made
     }),
     (made) => Effect.promise(() => made.end()).pipe(Effect.interruptible, Effect.timeoutOption(1000))
@@ -142,9 +146,8 @@ const clientLayer = Layer.unwrapScoped(
           connectionString: Redacted.value(url.value),
           max: maxConnections,
           application_name,
-          ...(timeout > 0 ? { statement_timeout: timeout } : {}),
-          ...(jitAllowed ? {} : { options: "-c jit=off" })
-        }, prepare)
+          ...(timeout > 0 ? { statement_timeout: timeout } : {})
+        }, prepare, jitAllowed)
       })
     }
     const dataDir = yield* Config.string("DATA_DIR").pipe(Config.withDefault("./data"))

@@ -42,8 +42,8 @@ describe("database connections", () => {
           SqlClient.SqlClient,
           (sql) => sql<{ setting: string; source: string }>`SELECT setting, source FROM pg_settings WHERE name = 'jit'`
         ).pipe(Effect.map((rows) => rows[0]), Effect.provide(oneConnection(settings)))
-      expect(yield* jitOf({})).toEqual({ setting: "off", source: "client" })
-      expect((yield* jitOf({ DATABASE_JIT: "true" }))?.source).not.toBe("client")
+      expect(yield* jitOf({})).toEqual({ setting: "off", source: "session" })
+      expect((yield* jitOf({ DATABASE_JIT: "true" }))?.source).not.toBe("session")
     }))
 
   it.scoped("prepare at most 256 texts, and run the others unnamed", () =>
