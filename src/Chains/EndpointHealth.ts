@@ -156,7 +156,9 @@ export const behindBlocksFor = (blockTimeMs: number): number => Math.max(2, Math
 /**
  * After a round of probes: each endpoint whose head lags the highest one by `behindBlocks` or
  * more is behind (a node that stopped syncing still answers, fast, with its old head), the
- * others are not. An endpoint that gave no head this round keeps what it was.
+ * others are not. An endpoint that gave no head this round keeps what it was, and its last head
+ * still counts for the highest: a chain's head only grows, so a stalled endpoint is not cleared
+ * because the one ahead of it missed a probe.
  */
 export const judgedHeads = (
   healths: ReadonlyArray<EndpointHealth>,
@@ -164,8 +166,9 @@ export const judgedHeads = (
   behindBlocks: number
 ): ReadonlyArray<EndpointHealth> => {
   let best: { readonly head: bigint; readonly label: string } | null = null
-  heads.forEach((head, i) => {
-    if (Option.isSome(head) && (best === null || head.value > best.head)) best = { head: head.value, label: healths[i]!.label }
+  healths.forEach((health, i) => {
+    const head = Option.orElse(heads[i] ?? Option.none(), () => health.head)
+    if (Option.isSome(head) && (best === null || head.value > best.head)) best = { head: head.value, label: health.label }
   })
   return healths.map((health, i) => {
     const head = heads[i] ?? Option.none()

@@ -84,6 +84,8 @@ describe("endpoint health", () => {
     // Two blocks apart is not behind; catching up clears it.
     expect(judgedHeads([a, b], [Option.some(101n), Option.some(103n)], 3).every((h) => Option.isNone(h.behind))).toBe(true)
     expect(Option.isNone(judgedHeads([stuck!, live!], [Option.some(103n), Option.some(103n)], 3)[0]!.behind)).toBe(true)
+    // The one ahead missing a round leaves the stalled one behind it.
+    expect(Option.isSome(judgedHeads([stuck!, live!], [Option.some(100n), Option.none()], 3)[0]!.behind)).toBe(true)
   })
 
   it("a chain is named when none of its endpoints can be used", () => {
