@@ -21,10 +21,11 @@ const invalid = (name: string, message: string) => ConfigError.InvalidData([name
 const parseSources = (text: string): Either.Either<ReadonlyArray<PriceSource>, ConfigError.ConfigError> => {
   const names = text.split(",").map((name) => name.trim()).filter((name) => name !== "")
   const unknown = names.filter((name) => !Schema.is(PriceSource)(name))
-  if (names.length === 0 || unknown.length > 0) {
+  // Each source once: a source listed twice would confirm its own price.
+  if (names.length === 0 || unknown.length > 0 || new Set(names).size < names.length) {
     return Either.left(invalid(
       "PRICE_SOURCES",
-      `expected a comma-separated list of ${PriceSource.literals.join(", ")}; got ${JSON.stringify(text)}`
+      `expected a comma-separated list of ${PriceSource.literals.join(", ")}, each once; got ${JSON.stringify(text)}`
     ))
   }
   return Either.right(names.filter(Schema.is(PriceSource)))

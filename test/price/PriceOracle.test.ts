@@ -230,6 +230,7 @@ describe("PriceOracle", () => {
           { PRICE_FIXED_USD: "BTC" },
           { PRICE_SOURCES: "coingecko,binance" },
           { PRICE_SOURCES: "," },
+          { PRICE_SOURCES: "coingecko,coingecko" },
           { PRICE_CACHE_SECONDS: "-1" },
           { PRICE_TIMEOUT_SECONDS: "0" },
           { PRICE_MAX_DEVIATION_PERCENT: "0" },
