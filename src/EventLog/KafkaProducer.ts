@@ -29,16 +29,24 @@ export const replacingProducer = <P>(options: {
   Effect.gen(function*() {
     const connected = (producer: P) =>
       Effect.as(Effect.onError(options.connect(producer), () => options.disconnect(producer)), producer)
+    // Every producer made: a replaced one that a send still under way connected again (kafkajs
+    // reconnects to retry) is disconnected with the scope too.
+    const made: Array<P> = []
+    const make = () => {
+      const producer = options.make()
+      made.push(producer)
+      return producer
+    }
     const state = yield* Effect.acquireRelease(
-      Effect.flatMap(connected(options.make()), (producer) => SynchronizedRef.make({ producer, failed: false })),
-      (ref) => Effect.flatMap(SynchronizedRef.get(ref), ({ producer }) => options.disconnect(producer))
+      Effect.flatMap(connected(make()), (producer) => SynchronizedRef.make({ producer, failed: false })),
+      () => Effect.forEach(made, options.disconnect, { discard: true })
     )
     return {
       current: SynchronizedRef.modifyEffect(state, (s) =>
         s.failed
           ? Effect.gen(function*() {
-            const next = yield* connected(options.make())
-            // Sends still under way on the old one fail with it; their callers publish again.
+            const next = yield* connected(make())
+            // Sends still under way on the old one end first, or fail; their callers publish again.
             yield* Effect.forkDaemon(options.disconnect(s.producer))
             return [next, { producer: next, failed: false }] as const
           })

@@ -63,7 +63,10 @@ describe("the Kafka producer", () => {
       const fourth = yield* producers.current
       expect(fourth).toMatchObject({ id: 4, connected: true })
 
+      // One replaced meanwhile connected again (a send under way retried on it): let go with the scope too.
+      second.disconnected = false
       yield* Scope.close(scope, Exit.void)
       expect(fourth.disconnected).toBe(true)
+      expect(second.disconnected).toBe(true)
     }))
 })
