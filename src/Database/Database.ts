@@ -88,6 +88,9 @@ const pool = (config: pg.PoolConfig & { readonly application_name: string }, pre
     Effect.sync(() => {
       const made = new pg.Pool({
         ...config,
+        // Before the connection's first user has it; a server without JIT (before PostgreSQL
+        // 11) refuses the setting, which changes nothing.
+        ...(jitAllowed ? {} : { onConnect: (client) => client.query("SET jit = off").then(() => undefined, () => undefined) }),
         connectionTimeoutMillis: Duration.toMillis(connectTimeout),
         // A server gone without closing its connections (a failover, a host lost) would leave a
         // statement waiting for its reply for good, past `statement_timeout`, which only the
@@ -100,9 +103,6 @@ const pool = (config: pg.PoolConfig & { readonly application_name: string }, pre
       // An idle connection's error surfaces on its next use; unhandled, it would end the process.
       made.on("error", () => {})
       if (prepare) made.on("connect", preparingStatements())
-      // Queued before any statement of the connection's first user; a server without JIT
-      // (before PostgreSQL 11) refuses the setting, which changes nothing.
-      if (!jitAllowed) made.on("connect", (client) => void client.query("SET jit = off").catch(() => {}))
       return made
     }),
     (made) => Effect.promise(() => made.end()).pipe(Effect.interruptible, Effect.timeoutOption(1000))
