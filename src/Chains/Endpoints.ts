@@ -19,10 +19,11 @@
  * gate, no hedging, and its ranking pings every endpoint forever on a timer that cannot be
  * stopped. viem's `http` transport still does the HTTP and JSON-RPC work underneath.
  */
-import { Cause, Duration, Effect, Exit, Option, Runtime } from "effect"
+import { Cause, Duration, Effect, Exit, Option, Runtime, Schema } from "effect"
 import { BaseError, custom, http, HttpRequestError, RpcError, RpcRequestError, TimeoutError, type Transport } from "viem"
 import type { EndpointHealth, EndpointStatus } from "./EndpointHealth.ts"
 import { type FailoverSettings, makeFailover, type Readied } from "./Failover.ts"
+import { Quantity } from "./EvmWire.ts"
 import type { NodeFetch } from "./NodeFetch.ts"
 
 export interface EndpointPool {
@@ -166,8 +167,7 @@ export const makeEndpointPool = (options: {
       describe: describeRpcError,
       failure: (message, details) => new BaseError(message, details === undefined ? {} : { details }),
       probe: (connection) => ask(connection, { method: "eth_blockNumber" }),
-      headOf: (answer) =>
-        typeof answer === "string" && /^0x[0-9a-f]+$/i.test(answer) ? Option.some(BigInt(answer)) : Option.none(),
+      headOf: (answer) => Option.map(Schema.decodeUnknownOption(Quantity)(answer), BigInt),
       refusalHint: ` (CHAIN_ID_${options.chainName.toUpperCase()})`
     }, options)
 
