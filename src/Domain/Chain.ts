@@ -66,6 +66,14 @@ export const chains: Readonly<Record<ChainName, ChainInfo>> = {
   zksync: { name: "zksync", chainId: 324, symbol: "ETH", decimals: 18, blockTimeMs: 1_000 }
 }
 
+/**
+ * The least amount a payer can send in one transfer. Bitcoin nodes do not relay an output
+ * below the dust limit: 546 sat for the costliest output to spend (P2PKH) at Bitcoin Core's
+ * default dust relay fee, so a smaller bitcoin amount could never be paid. Any amount of a
+ * smallest unit or more can be sent on the EVM chains.
+ */
+export const leastSendable = (chain: ChainName): bigint => chain === "bitcoin" ? 546n : 1n
+
 export const isEvm = (chain: ChainName): boolean => chain !== "bitcoin"
 
 /**

@@ -115,6 +115,16 @@ export class AmountBelowMinimum extends Schema.TaggedError<AmountBelowMinimum>()
   plan: Schema.NullOr(Schema.String)
 }) {}
 
+/**
+ * An amount the chain cannot carry in one transfer (a bitcoin output below the dust limit):
+ * `minimumUsd` is the least `usd_amount` that reaches it at the quoted price.
+ */
+export class AmountBelowDust extends Schema.TaggedError<AmountBelowDust>()("AmountBelowDust", {
+  chain: ChainName,
+  minimumNative: Schema.String,
+  minimumUsd: Schema.String
+}) {}
+
 /** A plan name this service does not know. */
 export class UnknownPlan extends Schema.TaggedError<UnknownPlan>()("UnknownPlan", {
   plan: Schema.String

@@ -156,6 +156,19 @@ export const usdToSmallest = (usd: BigDecimal.BigDecimal, priceUsd: BigDecimal.B
   return (numerator + denominator - 1n) / denominator
 }
 
+/**
+ * The USD worth of `amount` smallest units at `priceUsd` per whole token, rounded up to the
+ * cent: a `usd_amount` that asks for at least `amount`, to state a minimum in USD.
+ */
+export const smallestToUsdCents = (amount: bigint, priceUsd: BigDecimal.BigDecimal, decimals: number): BigDecimal.BigDecimal => {
+  const p = BigDecimal.normalize(priceUsd)
+  // amount·price·100 / 10^decimals = amount·p·100 / 10^(decimals + sp) cents
+  const exponent = decimals + p.scale
+  const numerator = amount * p.value * 100n * (exponent < 0 ? ten(-exponent) : 1n)
+  const denominator = exponent < 0 ? 1n : ten(exponent)
+  return BigDecimal.make((numerator + denominator - 1n) / denominator, 2)
+}
+
 /** Exact native-token text of a smallest-unit amount: 1500000000000000000n,18 → "1.5"; 1n,8 → "0.00000001". */
 export const formatSmallest = (amount: bigint, decimals: number): string => {
   const negative = amount < 0n

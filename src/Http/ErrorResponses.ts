@@ -6,7 +6,7 @@
 import { HttpApp, HttpServerResponse } from "@effect/platform"
 import { Effect } from "effect"
 import type { ChainUnavailable } from "../Chains/ChainClients.ts"
-import { chainNames, donationChainNames } from "../Domain/Chain.ts"
+import { chainNames, chains, donationChainNames } from "../Domain/Chain.ts"
 import {
   accountPending,
   badRequest,
@@ -30,6 +30,7 @@ import type {
   AccountPending,
   AddressNotFound,
   AddressNotRegistered,
+  AmountBelowDust,
   AmountBelowMinimum,
   AssetNotAccepted,
   ChainNotMonitored,
@@ -121,6 +122,12 @@ const responses = {
       e.plan === null
         ? `The minimum challenge amount is ${e.minimumUsd} USD`
         : `The minimum donation for plan '${e.plan}' is ${e.minimumUsd} USD`
+    ),
+  AmountBelowDust: (e: AmountBelowDust): BadRequest =>
+    badRequest(
+      `The amount is below the least one ${e.chain} transfer can carry, ${e.minimumNative} ${chains[e.chain].symbol}: ` +
+        "nodes do not relay a smaller output, so it could never be paid",
+      `Ask for at least ${e.minimumUsd} USD at the current price`
     ),
   UnknownPlan: (e: UnknownPlan): BadRequest => badRequest(`Unknown plan '${e.plan}'`),
   PlanNotSubscribable: (e: PlanNotSubscribable): BadRequest =>

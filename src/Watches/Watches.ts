@@ -22,9 +22,10 @@ import type { SqlError } from "@effect/sql/SqlError"
 import type { Fragment } from "@effect/sql/Statement"
 import { BigDecimal, Clock, Config, ConfigError, Duration, Effect, Either, Option, Schema } from "effect"
 import { nativeAsset } from "../Chains/Block.ts"
-import { type ChainName, chains } from "../Domain/Chain.ts"
+import { type ChainName, chains, leastSendable } from "../Domain/Chain.ts"
+import { AmountBelowDust } from "../Domain/Errors.ts"
 import type { TokenDeployment } from "../Domain/Asset.ts"
-import { formatDecimal, formatSmallest, parseDecimal, steppedAmount } from "../Domain/Money.ts"
+import { formatDecimal, formatSmallest, parseDecimal, smallestToUsdCents, steppedAmount } from "../Domain/Money.ts"
 import { ChainClients } from "../Chains/ChainClients.ts"
 import { IngesterRegistry } from "../Ingest/IngesterRegistry.ts"
 import { PriceOracle, type PriceUnavailable } from "../Price/PriceOracle.ts"
@@ -157,14 +158,28 @@ export class Watches extends Effect.Service<Watches>()("confirmd/Watches", {
       const price = asset._tag === "native"
         ? prices.usdPrice(chains[chain].symbol)
         : Effect.succeed<BigDecimal.BigDecimal>(asset.token.usdPrice) as Effect.Effect<BigDecimal.BigDecimal, PriceUnavailable>
-      const amountOf = (priceUsd: BigDecimal.BigDecimal) => steppedAmount(usd, priceUsd, decimalsOf(chain, asset), stepUsd)
+      const decimals = decimalsOf(chain, asset)
+      const amountOf = (priceUsd: BigDecimal.BigDecimal, head: bigint | null) => {
+        const stepped = steppedAmount(usd, priceUsd, decimals, stepUsd)
+        const least = leastSendable(chain)
+        return stepped.amount >= least
+          ? Effect.succeed({ ...stepped, head })
+          : Effect.fail(
+            new AmountBelowDust({
+              chain,
+              minimumNative: formatSmallest(least, decimals),
+              minimumUsd: formatDecimal(smallestToUsdCents(least, priceUsd, decimals))
+            })
+          )
+      }
       return Effect.flatMap(recentHead(chain), (recent) =>
         Option.isSome(recent) || !chainClients.isEnabled(chain)
           // No fiber forked when only the price may have to be fetched: the usual case.
-          ? Effect.map(price, (priceUsd) => ({ ...amountOf(priceUsd), head: Option.getOrNull(recent) }))
-          : Effect.zipWith(price, chainClients.head(chain), (priceUsd, head) => ({ ...amountOf(priceUsd), head }), {
-            concurrent: true
-          }))
+          ? Effect.flatMap(price, (priceUsd) => amountOf(priceUsd, Option.getOrNull(recent)))
+          : Effect.flatMap(
+            Effect.all([price, chainClients.head(chain)], { concurrency: 2 }),
+            ([priceUsd, head]) => amountOf(priceUsd, head)
+          ))
     }
 
     const open = <P, E, R>(request: OpenRequest<P, E, R>) =>

@@ -76,7 +76,8 @@ layer(App.layer({ PRICE_CACHE_SECONDS: "0", CALLBACK_ALLOW_PRIVATE_NETWORKS: "tr
         expect(decimalsShown(e.amount_native)).toBeLessThanOrEqual(6)
         expect(smallestOf(e.amount_native, 18)).toBe(BigInt(e.amount_wei))
         expectWorth(BigInt(e.amount_wei), 10n ** 12n, usd, ETH)
-        // BTC at 65000.12: steps of 0.0000001 BTC (0.0065 USD).
+        // BTC at 65000.12: steps of 0.0000001 BTC (0.0065 USD); 0.01 USD is below the dust limit (next test).
+        if (usd === "0.01") continue
         const b = yield* pay(app, btc, { usd_amount: usd, chain: "bitcoin" })
         expect(decimalsShown(b.amount_native)).toBeLessThanOrEqual(7)
         expect(smallestOf(b.amount_native, 8)).toBe(BigInt(b.amount_wei))
@@ -84,6 +85,27 @@ layer(App.layer({ PRICE_CACHE_SECONDS: "0", CALLBACK_ALLOW_PRIVATE_NETWORKS: "tr
       }
       // 30 USD again on the same address: one step above 0.009999 ETH.
       expect((yield* pay(app, eth, { usd_amount: "30", chain: "ethereum" })).amount_native).toBe("0.01")
+    }))
+
+  it.effect("a bitcoin amount below the dust limit is refused, naming a USD amount that can be paid; nothing is created", () =>
+    Effect.gen(function*() {
+      const app = yield* App
+      const btc = yield* merchantWith(app, "bitcoin", ["rb1qqyqszqgpqyqszqgpqyqszqgpqyqszqgpefl3jh"])
+      // 0.35 USD at 65000.12 is 539 sat (538.46 rounded up), below 546; 546 sat are worth 0.3549 USD.
+      for (const usd_amount of ["0.01", "0.35"]) {
+        const refused = yield* app.request("POST", "/payments", { key: btc, json: { usd_amount, chain: "bitcoin", callback_url: hook } })
+        expect(refused.status).toBe(400)
+        expect(refused.body.error.code).toBe("bad_request")
+        expect(refused.body.error.message).toContain("0.00000546 BTC")
+        expect(refused.body.error.hint).toBe("Ask for at least 0.36 USD at the current price")
+      }
+      expect((yield* app.request("GET", "/payments", { key: btc })).body).toEqual([])
+      const least = yield* pay(app, btc, { usd_amount: "0.36", chain: "bitcoin" })
+      expect(BigInt(least.amount_wei)).toBeGreaterThanOrEqual(546n)
+      expectWorth(BigInt(least.amount_wei), 10n, "0.36", BTC)
+      // Ethereum has no such floor: a cent is a payment.
+      const eth = yield* merchantWith(app, "ethereum", [evmAddress()])
+      expect((yield* pay(app, eth, { usd_amount: "0.01", chain: "ethereum" })).amount_native).toBe("0.000004")
     }))
 
   it.effect("stablecoin amounts have 2 decimals, on 6-decimal and 18-decimal contracts alike", () =>

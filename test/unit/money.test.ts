@@ -9,6 +9,7 @@ import {
   parseDecimal,
   parseUsdAmount,
   roundUpToStep,
+  smallestToUsdCents,
   stepDecimals,
   steppedAmount,
   usdToSmallest,
@@ -167,6 +168,33 @@ describe("usdToSmallest", () => {
     const asked = u * 10n ** BigInt(decimals) * pDen
     expect(worth(smallest) >= asked).toBe(true)
     expect(worth(smallest - 1n) < asked).toBe(true)
+  })
+})
+
+describe("smallestToUsdCents", () => {
+  it("states a minimum in whole cents, rounding up", () => {
+    expect(formatDecimal(smallestToUsdCents(546n, dec("65000.12"), 8))).toBe("0.36")
+    expect(formatDecimal(smallestToUsdCents(100000000n, dec("65000"), 8))).toBe("65000")
+    expect(formatDecimal(smallestToUsdCents(1n, dec("3000"), 18))).toBe("0.01")
+    expect(formatDecimal(smallestToUsdCents(546n, dec("1000"), 8))).toBe("0.01")
+  })
+
+  const positivePrice = fc.record({
+    value: fc.bigInt({ min: 1n, max: 10n ** 12n }),
+    scale: fc.integer({ min: -3, max: 12 })
+  }).map(({ scale, value }) => BigDecimal.make(value, scale))
+
+  it.prop("is the amount's worth rounded up to the cent, so it asks for at least the amount", [
+    fc.bigInt({ min: 1n, max: 10n ** 24n }),
+    positivePrice,
+    fc.constantFrom(8, 18)
+  ], ([amount, price, decimals]) => {
+    const cents = smallestToUsdCents(amount, price, decimals)
+    expect(cents.scale).toBe(2)
+    expect(usdToSmallest(cents, price, decimals) >= amount).toBe(true)
+    // A cent less is worth less than the amount: (cents − 1)·10^d·pDen < amount·p·100, in integers.
+    const [p, pDen] = asFraction(price)
+    expect((cents.value - 1n) * 10n ** BigInt(decimals) * pDen < amount * p * 100n).toBe(true)
   })
 })
 
