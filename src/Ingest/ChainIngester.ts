@@ -322,10 +322,15 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
           const lastPublished: BlockRef = { number: stored.number, hash: stored.hash }
           yield* registry.update(chain, (s) => ({ ...s, lastPublished }))
         }
+        const staged = Arr.reverse(yield* cursors.headers(chain))
         const initial = startState(
           stored !== null
-            ? { _tag: "Resume", tip: stored, staged: Arr.reverse(yield* cursors.headers(chain)) }
-            : { _tag: "Start", start: Option.isSome(settings.startBlock) ? settings.startBlock.value : yield* clients.head(chain) }
+            ? { _tag: "Resume", tip: stored, staged }
+            : {
+              _tag: "Start",
+              start: Option.isSome(settings.startBlock) ? settings.startBlock.value : yield* clients.head(chain),
+              staged
+            }
         )
         return yield* Effect.iterate(initial, { while: () => true, body: poll })
       })

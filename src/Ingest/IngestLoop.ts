@@ -28,19 +28,22 @@ export interface LoopState {
 
 /**
  * An attempt resuming after the stored cursor `tip`, or starting at `start` on a chain without
- * a cursor.
+ * a cursor. A chain without a cursor whose first run was staged (it may have reached the log
+ * before the cursor write failed) starts again at that run's first block, not at `start`:
+ * with `start` the node's head, which has moved on since, the blocks in between would be
+ * skipped, and a staged block the chain has replaced would get no reorg record.
  */
 export const startState = (
   from:
     | { readonly _tag: "Resume"; readonly tip: Tip; readonly staged: ReadonlyArray<BlockRef> }
-    | { readonly _tag: "Start"; readonly start: bigint }
+    | { readonly _tag: "Start"; readonly start: bigint; readonly staged: ReadonlyArray<BlockRef> }
 ): LoopState => ({
   tip: from._tag === "Resume" ? from.tip : null,
-  next: from._tag === "Resume" ? from.tip.number + 1n : from.start,
+  next: from._tag === "Resume" ? from.tip.number + 1n : from.staged[0]?.number ?? from.start,
   behindLogged: false,
   newestBlockMs: null,
   forkCheckedMs: null,
-  staged: from._tag === "Resume" ? from.staged.filter((header) => header.number > from.tip.number) : []
+  staged: from._tag === "Resume" ? from.staged.filter((header) => header.number > from.tip.number) : from.staged
 })
 
 /** A run was published up to `newest` (timestamp in unix seconds). */

@@ -190,6 +190,38 @@ describe.each(logKinds)("ChainIngester on anvil through the %s EventLog", (kind)
       expect(reorgs[0]!.type === "reorg" && reorgs[0]!.orphaned.length).toBe(100)
     }))
 
+  it.scopedLive("a chain's first run that reached the log before its cursor was written is published again from its first block, skipping none the node made meanwhile", () =>
+    Effect.gen(function*() {
+      const { database, eventLog, node, seen, test } = yield* onOwnAnvil(kind)
+      yield* Effect.promise(() => test.mine({ blocks: 3 }))
+      // The first publish reaches the log, the node makes five more blocks, and the publish
+      // reports a failure, so the chain has no cursor when the ingester starts again.
+      const failed = yield* Ref.make(false)
+      const faulty: EventLogService = {
+        ...eventLog,
+        publish: (records) =>
+          Effect.zipRight(
+            eventLog.publish(records),
+            Effect.flatMap(Ref.getAndSet(failed, true), (done) =>
+              done
+                ? Effect.void
+                : Effect.zipRight(
+                  Effect.promise(() => test.mine({ blocks: 5 })),
+                  Effect.fail(new EventLogError({ operation: "publish", message: "reply lost" }))
+                ))
+          )
+      }
+      // No START_BLOCK: a chain without a cursor starts at the node's head (3).
+      const registry = yield* startIngesters(faulty, env(database.url, node.url))
+      yield* statusUntil(registry, "ethereum", (s) => s.restarts >= 1 && s.lastPublished?.number === 8n, 60)
+      const messages = yield* until(Ref.get(seen), (all) => blocksOf(all).some((b) => b.number === 8n), 60)
+      const numbers = blocksOf(messages).map((b) => b.number)
+      expect(numbers[0]).toBe(3n)
+      expect(new Set(numbers)).toEqual(new Set([3n, 4n, 5n, 6n, 7n, 8n]))
+      expect(messages.filter((m) => m.type === "reorg")).toEqual([])
+      expect(canonical(messages).gaps).toEqual([])
+    }))
+
   it.scopedLive("a run that reached the log before its cursor moved, then replaced by the chain, is followed by a reorg record before its replacement", () =>
     Effect.gen(function*() {
       const { database, eventLog, node, seen, test, wallet } = yield* onOwnAnvil(kind)

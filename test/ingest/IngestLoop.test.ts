@@ -31,13 +31,25 @@ describe("the ingester loop", () => {
       forkCheckedMs: null,
       staged: [{ number: 42n, hash: "s" }]
     })
-    expect(startState({ _tag: "Start", start: 7n })).toEqual({
+    expect(startState({ _tag: "Start", start: 7n, staged: [] })).toEqual({
       tip: null,
       next: 7n,
       behindLogged: false,
       newestBlockMs: null,
       forkCheckedMs: null,
       staged: []
+    })
+  })
+
+  it("a chain without a cursor whose first run was staged starts again at that run, wherever the node's head is now", () => {
+    const staged = [{ number: 42n, hash: "s42" }, { number: 43n, hash: "s43" }]
+    expect(startState({ _tag: "Start", start: 90n, staged })).toEqual({
+      tip: null,
+      next: 42n,
+      behindLogged: false,
+      newestBlockMs: null,
+      forkCheckedMs: null,
+      staged
     })
   })
 
@@ -87,7 +99,7 @@ describe("the ingester loop", () => {
     }
     // Every orphaned header is at or above where the chain goes on.
     orphaned.forEach((header) => expect(header.number).toBeGreaterThanOrEqual(record.fromNumber))
-    expect(rewound(startState({ _tag: "Start", start: next }), to).next).toBe(record.fromNumber)
+    expect(rewound(startState({ _tag: "Start", start: next, staged: [] }), to).next).toBe(record.fromNumber)
   })
 
   type Event =
@@ -107,7 +119,7 @@ describe("the ingester loop", () => {
     "whatever happens, the next height follows the tip, and a node behind is told once until it is ahead again",
     [fc.option(height, { nil: null }), height, fc.array(event, { maxLength: 40 })],
     ([stored, start, events]) => {
-      let state: LoopState = startState(stored === null ? { _tag: "Start", start } : { _tag: "Resume", tip: { number: stored, hash: "s" }, staged: [] })
+      let state: LoopState = startState(stored === null ? { _tag: "Start", start, staged: [] } : { _tag: "Resume", tip: { number: stored, hash: "s" }, staged: [] })
       let toldSinceAhead = 0
       for (const e of events) {
         const before = state

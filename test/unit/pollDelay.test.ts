@@ -64,7 +64,7 @@ describe("between polls of a caught-up chain", () => {
   it.prop("the head block is compared at the first idle poll, then once a poll interval", [newestBlockMs, offsetMs, pollIntervalMs], (
     [checkedAt, offset, interval]
   ) => {
-    const fresh = startState({ _tag: "Start", start: 1n })
+    const fresh = startState({ _tag: "Start", start: 1n, staged: [] })
     expect(forkCheckDue(fresh, checkedAt, interval)).toBe(true)
     expect(forkCheckDue({ ...fresh, forkCheckedMs: checkedAt }, checkedAt + offset, interval)).toBe(offset >= interval)
   })
