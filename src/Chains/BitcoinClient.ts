@@ -5,6 +5,7 @@
 import type { HttpClient, HttpClientRequest } from "@effect/platform"
 import { Duration, Effect, Option, ParseResult, Schema } from "effect"
 import { type ChainBlock, type ChainTransfer, ChainUnavailable, nativeAsset } from "./Block.ts"
+import type { BitcoinNetwork } from "../Domain/Address.ts"
 
 export interface BitcoinClient {
   readonly backend: "rpc" | "esplora"
@@ -118,6 +119,20 @@ export const transfersOfTx = (
 
 /** Hash of the genesis block's parent. */
 export const nullHash = "0".repeat(64)
+
+/**
+ * The genesis block of each `BITCOIN_NETWORK`; `testnet` is any of the test networks that
+ * share its addresses (testnet3, testnet4, signet).
+ */
+export const genesisHashes: Readonly<Record<BitcoinNetwork, ReadonlyArray<string>>> = {
+  mainnet: ["000000000019d6689c085ae165831e934ff763ae46a2a6c172b3f1b60a8ce26f"],
+  testnet: [
+    "000000000933ea01ad0ee984209779baaec3ced90fa3f408719526f8d77f4943",
+    "00000000da84f2bafbbc53dee25a72ae507ff4914b867c565be350b0da8bf043",
+    "00000008819873e925422c1ff0f99f7cc9bbb232af63a077a480a3633bee1ef6"
+  ],
+  regtest: ["0f9188f13cb7b2c71f2a335e3a4fc328bf5beb436012afca590b1a11466e2206"]
+}
 
 /** The request URL without user info, and that user info as Basic credentials (fetch rejects URLs with credentials). */
 export const splitCredentials = (

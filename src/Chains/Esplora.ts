@@ -5,6 +5,11 @@
  * `/block/:hash` and its pages `/block/:hash/txs/:start` (25 transactions a page): a block of
  * 3,000 transactions is 121 requests that way, which public instances rate-limit.
  *
+ * An instance is used only once its genesis block (`/block-height/0`) is the configured
+ * network's; one of another network is refused for good, as an EVM endpoint serving another
+ * chain id is. Its raw blocks would otherwise be read with this network's address encodings,
+ * so a test network's coins sent to the hash of a merchant's address would look like a payment.
+ *
  * `ESPLORA_URL` may list several instances; they share the EVM endpoints' failover
  * (Failover.ts): the healthiest first, the next on a failure or when slow (every read is
  * hedged), one answering 429 left alone until its `Retry-After` has passed, idle ones probed
@@ -14,7 +19,7 @@ import { HttpClient, HttpClientRequest, type HttpClientResponse } from "@effect/
 import { Data, Duration, Effect, Option, Ref, Schema } from "effect"
 import type { BitcoinParams } from "../Domain/Address.ts"
 import { chains } from "../Domain/Chain.ts"
-import { type BitcoinClient, decodeBody, nullHash, Satoshis, transfersOfTx, unavailable } from "./BitcoinClient.ts"
+import { type BitcoinClient, decodeBody, genesisHashes, nullHash, Satoshis, transfersOfTx, unavailable } from "./BitcoinClient.ts"
 import { parseRawBlock } from "./BitcoinRaw.ts"
 import { type ChainBlock, ChainUnavailable } from "./Block.ts"
 import { behindBlocksFor, type EndpointHealth, type EndpointStatus } from "./EndpointHealth.ts"
@@ -84,28 +89,6 @@ export const makeEsplora = (
   Effect.gen(function*() {
     const http = yield* HttpClient.HttpClient
 
-    const pool = yield* makeFailover<Instance>({
-      noun: "Esplora endpoint",
-      // Nothing to check first: an instance is asked as soon as it is listed.
-      connect: (url) =>
-        Effect.map(Ref.make(true), (rawBlocks) => ({
-          _tag: "Ready" as const,
-          connection: { base: url.replace(/\/+$/, ""), rawBlocks },
-          batching: false
-        })),
-      rateLimit: (error, now) =>
-        error instanceof EsploraStatus && error.status === 429
-          ? Option.some(retryAfterMs(error.retryAfter, now))
-          : Option.none(),
-      // A status other than 429 or 5xx is the instance's own answer (no such block yet).
-      isAnswer: (error) => error instanceof EsploraStatus && error.status >= 400 && error.status < 500 && error.status !== 429,
-      describe,
-      failure: (message, details) => unavailable(details === undefined ? message : `${message}: ${details}`),
-      probe: (instance) => get(instance, "/blocks/tip/height", text),
-      headOf: (answer) => typeof answer === "string" && /^[0-9]+$/.test(answer.trim()) ? Option.some(BigInt(answer.trim())) : Option.none()
-    }, { chainName: "bitcoin", urls, settings, behindBlocks: behindBlocksFor(chains.bitcoin.blockTimeMs) })
-    yield* pool.checkAll
-
     /** GET `path` from one instance, its 2xx body read by `read`, within the timeout. */
     const get = <A>(
       instance: Instance,
@@ -138,6 +121,32 @@ export const makeEsplora = (
       )
 
     const text = (response: HttpClientResponse.HttpClientResponse) => response.text
+
+    const pool = yield* makeFailover<Instance>({
+      noun: "Esplora endpoint",
+      // Its genesis block first, as an EVM endpoint's chain id: an instance of another network
+      // serves blocks whose raw outputs read as this network's addresses.
+      connect: (url) =>
+        Effect.gen(function*() {
+          const instance: Instance = { base: url.replace(/\/+$/, ""), rawBlocks: yield* Ref.make(true) }
+          const genesis = (yield* get(instance, "/block-height/0", text)).trim()
+          return genesisHashes[params.network].includes(genesis)
+            ? { _tag: "Ready" as const, connection: instance, batching: false }
+            : { _tag: "Refused" as const, refusal: `genesis block ${genesis.slice(0, 64)} is not ${params.network}'s` }
+        }),
+      rateLimit: (error, now) =>
+        error instanceof EsploraStatus && error.status === 429
+          ? Option.some(retryAfterMs(error.retryAfter, now))
+          : Option.none(),
+      // A status other than 429 or 5xx is the instance's own answer (no such block yet).
+      isAnswer: (error) => error instanceof EsploraStatus && error.status >= 400 && error.status < 500 && error.status !== 429,
+      describe,
+      failure: (message, details) => unavailable(details === undefined ? message : `${message}: ${details}`),
+      probe: (instance) => get(instance, "/blocks/tip/height", text),
+      headOf: (answer) => typeof answer === "string" && /^[0-9]+$/.test(answer.trim()) ? Option.some(BigInt(answer.trim())) : Option.none()
+    }, { chainName: "bitcoin", urls, settings, behindBlocks: behindBlocksFor(chains.bitcoin.blockTimeMs) })
+    yield* pool.checkAll
+
     const bytes = (response: HttpClientResponse.HttpClientResponse) =>
       Effect.map(response.arrayBuffer, (buffer) => new Uint8Array(buffer))
 

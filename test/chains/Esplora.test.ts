@@ -105,9 +105,10 @@ describe("bitcoin on Esplora", () => {
       const limited = yield* serveEsplora(chain, { raw: true })
       const other = yield* serveEsplora(chain, { raw: true })
       const mined = chain.mine(payments().slice(0, 3))
-      limited.rateLimit(1, 30)
       yield* Effect.gen(function*() {
         const clients = yield* ChainClients
+        // Once both instances' genesis blocks were checked.
+        limited.rateLimit(1, 30)
         const before = Date.now()
         expect(yield* clients.head("bitcoin")).toBe(BigInt(mined.height))
         const [first, second] = yield* clients.endpoints("bitcoin")
@@ -117,7 +118,7 @@ describe("bitcoin on Esplora", () => {
         // While its Retry-After runs, the limited one is left alone.
         const block = yield* clients.block("bitcoin", BigInt(mined.height))
         expect(block.hash).toBe(mined.hash)
-        expect(limited.requests()).toEqual([{ path: "/blocks/tip/height", status: 429 }])
+        expect(limited.requests()).toEqual([{ path: "/block-height/0", status: 200 }, { path: "/blocks/tip/height", status: 429 }])
       }).pipe(withClients(`${limited.url},${other.url}`))
     }))
 
@@ -131,7 +132,7 @@ describe("bitcoin on Esplora", () => {
         const clients = yield* ChainClients
         // Both local and about as fast: the one listed first is asked first.
         expect(yield* clients.head("bitcoin")).toBe(BigInt(mined.height))
-        expect(hung.requests()).toHaveLength(1)
+        expect(hung.requests().map((r) => r.path)).toEqual(["/block-height/0", "/blocks/tip/height"])
         hung.hang()
         for (let i = 0; i < 3; i++) expect(yield* clients.head("bitcoin")).toBe(BigInt(mined.height))
         expect((yield* clients.block("bitcoin", BigInt(mined.height))).hash).toBe(mined.hash)
@@ -145,6 +146,26 @@ describe("bitcoin on Esplora", () => {
         ])))
       )
     }), { timeout: 60_000 })
+
+  it.scopedLive("an instance of another network is refused, however far ahead: its outputs would read as this network's addresses", () =>
+    Effect.gen(function*() {
+      // A testnet chain ahead of the mainnet one, whose newest block pays a merchant's mainnet address hash.
+      const merchant = freshAddresses(params).segwit()
+      const testnet = makeEsploraChain(params, 60, "testnet")
+      testnet.mine([[{ address: merchant, value: 50_000n }]])
+      const wrong = yield* serveEsplora(testnet, { raw: true })
+      const mainnet = makeEsploraChain(params, 45)
+      const mined = mainnet.mine()
+      const right = yield* serveEsplora(mainnet, { raw: true })
+      yield* Effect.gen(function*() {
+        const clients = yield* ChainClients
+        for (let i = 0; i < 3; i++) expect(yield* clients.head("bitcoin")).toBe(BigInt(mined.height))
+        expect((yield* clients.block("bitcoin", BigInt(mined.height))).hash).toBe(mined.hash)
+        const health = yield* clients.endpoints("bitcoin")
+        expect(health.map((h) => h.state)).toEqual(["refused", "ready"])
+        expect(wrong.requests().map((r) => r.path)).toEqual(["/block-height/0"])
+      }).pipe(withClients(`${wrong.url},${right.url}`))
+    }))
 
   it.scopedLive("every URL rate-limited fails the call saying when the first is free again", () =>
     Effect.gen(function*() {
