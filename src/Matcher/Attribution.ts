@@ -4,8 +4,8 @@
  * within a block and every rule are testable without a database.
  *
  * A transfer is attributed, in order of its position in the block:
- * 1. to the payment of the same transaction and position whose earlier block was orphaned
- *    (the chain moved it; it keeps its attribution);
+ * 1. to the payment an orphaned copy of it was attributed to (the same transaction, recipient,
+ *    asset and amount: the chain moved it, and it keeps its attribution);
  * 2. to the open watch whose amount it matches exactly (a signup intent or challenge is
  *    confirmed by it; those match exactly only);
  * 3. to the underpaid open payment whose exact remainder it matches;
@@ -158,7 +158,8 @@ export const attribute = (transfers: ReadonlyArray<BlockTransfer>, candidates: C
       if (sole.length === 1) return { working: sole[0]!, attribution: "sole" }
     }
     const late = here.filter((w) =>
-      w.candidate.late && !isComplete(w) && w.candidate.status !== "PAID" && remainder(w) === t.amount
+      w.candidate.late && !isComplete(w) && w.candidate.status !== "PAID" &&
+      (remainder(w) === t.amount || w.candidate.amount === t.amount)
     )
     return late.length === 1 ? { working: late[0]!, attribution: "late" } : null
   }
@@ -207,14 +208,15 @@ export const attribute = (transfers: ReadonlyArray<BlockTransfer>, candidates: C
 }
 
 /**
- * The record a recorded transfer gets: unattributed; paid late (its payment stays EXPIRED);
- * underpaid (its payment's sum is still short after it); none (it completed or topped up past
- * the amount: the payment's own state and `payment.paid` tell).
+ * The record a recorded transfer gets: unattributed; underpaid (its payment's sum is still
+ * short after it, expired or not); paid late (it brought an EXPIRED payment to its amount or
+ * past it); none (it completed or topped up past the amount: the payment's own state and
+ * `payment.paid` tell).
  */
 export const accountingEventOf = (r: RecordedTransfer, result: AttributionResult): AccountingEvent | null => {
   if (r.paymentId === null) return "transfer.unattributed"
   const payment = result.payments.get(r.paymentId)
   if (payment === undefined) return null
-  if (payment.status === "EXPIRED") return "payment.paid_late"
-  return r.receivedAfter < payment.candidate.amount ? "payment.underpaid" : null
+  if (r.receivedAfter < payment.candidate.amount) return "payment.underpaid"
+  return payment.status === "EXPIRED" ? "payment.paid_late" : null
 }

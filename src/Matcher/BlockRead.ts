@@ -177,7 +177,7 @@ export const readBlock = (
     ),
     -- Expired payments, whose watches may be closed already: every address of the block is looked at.
     late_expired AS (
-      SELECT p.id, a.address, a.asset, p.amount_smallest - p.amount_received AS remainder
+      SELECT p.id, a.address, a.asset, p.amount_smallest AS amount, p.amount_smallest - p.amount_received AS remainder
       FROM (SELECT DISTINCT address, asset FROM t) a
       JOIN payments p ON p.status = 'EXPIRED' AND p.chain = ${block.chain} AND p.address = a.address
         AND p.expires_at <= ${bt} AND p.expires_at > ${lateFrom}
@@ -185,15 +185,34 @@ export const readBlock = (
       WHERE p.tx_hash IS NULL AND COALESCE(w.start_block, -1) < ${n}::bigint
     ),
     -- Transfers are orphaned only by a reorg, which the cursor records: a chain that never had
-    -- one skips the lookup. The copy is the same transfer only with the same recipient, asset
-    -- and amount: a log's position is its index in the block, which another block shifts.
+    -- one skips the lookup. A transaction's copy is its newest orphaned one, and a transfer of
+    -- it the same only with the same recipient, asset and amount. A native or internal transfer
+    -- keeps its position in its transaction; a log's position is its index in the block, which
+    -- another block shifts, so logs are paired by their order among the transaction's logs of
+    -- that recipient, asset and amount.
+    copies AS (
+      SELECT tr.address, tr.asset, tr.amount, tr.tx_hash, tr.position, tr.payment_id, tr.attribution,
+             row_number() OVER (PARTITION BY tr.tx_hash, tr.address, tr.asset, tr.amount, tr.position LIKE 'log:%'
+                                ORDER BY CASE WHEN tr.position LIKE 'log:%' THEN substr(tr.position, 5)::bigint END, tr.position) AS rank
+      FROM (SELECT DISTINCT tx_hash FROM t) x
+      CROSS JOIN LATERAL (
+        SELECT o.block_hash FROM transfers o
+        WHERE o.chain = ${block.chain} AND o.tx_hash = x.tx_hash AND o.orphaned_at IS NOT NULL
+        ORDER BY o.id DESC LIMIT 1
+      ) newest
+      JOIN transfers tr ON tr.chain = ${block.chain} AND tr.tx_hash = x.tx_hash AND tr.orphaned_at IS NOT NULL
+        AND tr.block_hash = newest.block_hash
+      WHERE EXISTS (SELECT 1 FROM locked WHERE locked.last_reorg IS NOT NULL)
+    ),
     remined AS (
-      SELECT DISTINCT ON (t.ord) t.ord, tr.payment_id, tr.attribution
-      FROM t JOIN transfers tr ON tr.chain = ${block.chain} AND tr.tx_hash = t.tx_hash AND tr.position = t.position
-        AND tr.address = t.address AND tr.asset = t.asset AND tr.amount = t.amount
-      WHERE tr.orphaned_at IS NOT NULL AND tr.payment_id IS NOT NULL
-        AND EXISTS (SELECT 1 FROM locked WHERE locked.last_reorg IS NOT NULL)
-      ORDER BY t.ord, tr.id DESC
+      SELECT t.ord, c.payment_id, c.attribution
+      FROM (
+        SELECT t.*, row_number() OVER (PARTITION BY t.tx_hash, t.address, t.asset, t.amount, t.position LIKE 'log:%' ORDER BY t.ord) AS rank
+        FROM t WHERE t.tx_hash IN (SELECT tx_hash FROM copies)
+      ) t
+      JOIN copies c ON c.tx_hash = t.tx_hash AND c.address = t.address AND c.asset = t.asset AND c.amount = t.amount
+        AND CASE WHEN t.position LIKE 'log:%' THEN c.position LIKE 'log:%' AND c.rank = t.rank ELSE c.position = t.position END
+      WHERE c.payment_id IS NOT NULL
     ),
     -- An open payment that is not the only one on its address is only a candidate through its
     -- exact amount or remainder (found above), so the others are counted, not read.
@@ -201,7 +220,7 @@ export const readBlock = (
       SELECT id FROM exact WHERE kind = 'payment'
       UNION SELECT id FROM open_count WHERE count = 1 UNION SELECT id FROM underpaid UNION SELECT id FROM late_open
       UNION SELECT id FROM late_expired l WHERE EXISTS (
-        SELECT 1 FROM t WHERE t.address = l.address AND t.asset = l.asset AND t.amount = l.remainder)
+        SELECT 1 FROM t WHERE t.address = l.address AND t.asset = l.asset AND t.amount IN (l.remainder, l.amount))
       UNION SELECT payment_id FROM remined
     ),
     pay AS (

@@ -1,5 +1,8 @@
 import { describe, expect, it } from "@effect/vitest"
+import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
+import { MatcherCursors } from "../../src/Matcher/Cursors.ts"
+import { sweepExpired } from "../../src/Watches/ExpirySweeper.ts"
 import { subscribe } from "../support/TestApp.ts"
 import { block, type Harness, hook, makeHarness, reorg, txHash } from "./harness.ts"
 
@@ -130,6 +133,36 @@ describe("matcher: every cent accounted for", { timeout: 120_000 }, () => {
       expect((yield* transfers(h)).map((t) => t.attribution)).toEqual(["late"])
     }).pipe(Effect.scoped))
 
+  it.live("an underpaid payment, expired, then sent its whole amount within the late window: paid late with all it received", () =>
+    Effect.gen(function*() {
+      const h = yield* makeHarness("embedded")
+      const p = yield* createPayment(h, addr(8))
+      // Expired 100 s ago, so that the sweeper (which also goes by the clock) expires it.
+      const expiry = Math.floor(Date.now() / 1000) - 100
+      yield* h.sql`UPDATE payments SET expires_at = to_timestamp(${expiry}) WHERE id = ${p.id}`.pipe(Effect.orDie)
+      yield* h.sql`UPDATE watches SET expires_at = to_timestamp(${expiry}) WHERE id = ${p.id}`.pipe(Effect.orDie)
+      const late = expiry + 60
+      yield* h.publish(block("ethereum", p.n, [{ to: p.address, value: 300n }], { timestamp: expiry - 50 }))
+      yield* h.publish(block("ethereum", p.n + 1n, [], { timestamp: late - 30 }))
+      yield* h.settled("ethereum")
+      yield* sweepExpired.pipe(Effect.provide(MatcherCursors.Default), Effect.provideService(SqlClient.SqlClient, h.sql), Effect.orDie)
+      expect(yield* row(h, p)).toMatchObject({ status: "EXPIRED", amount_received: "300", exception: "underpaid" })
+      // The payer, told the payment expired, sends the whole amount again.
+      const again = txHash()
+      yield* h.publish(block("ethereum", p.n + 2n, [{ to: p.address, value: p.amount, txHash: again }], { timestamp: late }))
+      yield* h.publish(block("ethereum", p.n + 3n, [], { timestamp: late + 12 }))
+      yield* h.settled("ethereum")
+      expect(yield* row(h, p)).toMatchObject({
+        status: "EXPIRED",
+        tx_hash: null,
+        amount_received: (p.amount + 300n).toString(),
+        exception: "paid_late"
+      })
+      expect((yield* transfers(h)).map((t) => [t.payment_id, t.attribution])).toEqual([[p.id, "sole"], [p.id, "late"]])
+      expect((yield* events(h)).map((x) => x.type)).toEqual(["payment.underpaid", "payment.paid_late"])
+      expect(yield* deliveries(h)).toEqual([])
+    }).pipe(Effect.scoped))
+
   it.live("a reorg takes an attributed transfer out of the sum; re-mined, it counts again", () =>
     Effect.gen(function*() {
       const h = yield* makeHarness("embedded")
@@ -154,6 +187,43 @@ describe("matcher: every cent accounted for", { timeout: 120_000 }, () => {
       yield* h.settled("ethereum")
       expect(yield* row(h, p)).toMatchObject({ status: "PAID", tx_hash: b, amount_received: p.amount.toString(), exception: null })
       expect(yield* deliveries(h)).toHaveLength(1)
+    }).pipe(Effect.scoped))
+
+  it.live("token transfers re-mined after the payment's expiry at other log indexes keep their payment: paid in time", () =>
+    Effect.gen(function*() {
+      const h = yield* makeHarness("embedded")
+      const p = yield* createPayment(h, addr(7), "20", undefined, { asset: "USDC" })
+      const [w] = yield* h.sql<{ asset: string; expires: number }>`
+        SELECT w.asset, extract(epoch FROM p.expires_at)::float8 AS expires
+        FROM watches w JOIN payments p ON p.id = w.id WHERE w.id = ${p.id}`.pipe(Effect.orDie)
+      const asset = w!.asset
+      const late = Math.ceil(w!.expires) + 60
+      const part = txHash()
+      const rest = txHash()
+      const paying = (partLog: number, restLog: number) => [
+        { to: p.address, value: p.amount - 1_000n, txHash: part, asset, logIndex: partLog },
+        { to: p.address, value: 1_000n, txHash: rest, asset, logIndex: restLog }
+      ]
+      const [first, second] = paying(5, 2)
+      yield* h.publish(block("ethereum", p.n, [first!]), block("ethereum", p.n + 1n, [second!]))
+      yield* h.settled("ethereum")
+      expect(yield* row(h, p)).toMatchObject({ tx_hash: rest, amount_received: p.amount.toString(), exception: null })
+
+      // Both blocks orphaned; the two transactions are mined again in one block after the
+      // payment's expiry, behind other logs.
+      yield* h.publish(reorg("ethereum", p.n, p.n + 1n))
+      yield* h.settled("ethereum")
+      expect(yield* row(h, p)).toMatchObject({ status: "PENDING", tx_hash: null, amount_received: "0" })
+      yield* h.publish(
+        block("ethereum", p.n, [], { fork: "b", parentFork: "a", timestamp: late - 12 }),
+        block("ethereum", p.n + 1n, paying(1, 3), { fork: "b", timestamp: late }),
+        block("ethereum", p.n + 2n, [], { fork: "b", timestamp: late + 12 })
+      )
+      yield* h.settled("ethereum")
+      expect(yield* row(h, p)).toMatchObject({ status: "PAID", tx_hash: rest, amount_received: p.amount.toString(), exception: null })
+      const live = (yield* transfers(h)).filter((t) => !t.orphaned)
+      expect(live.map((t) => [t.tx_hash, t.payment_id, t.attribution])).toEqual([[part, p.id, "sole"], [rest, p.id, "remainder"]])
+      expect((yield* events(h)).map((e) => e.type)).not.toContain("transfer.unattributed")
     }).pipe(Effect.scoped))
 
   it.live("a re-mined transaction whose logs moved pays each payment with its own transfer, not by log index", () =>

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import { attribute, type Candidates, type PaymentCandidate } from "../../src/Matcher/Attribution.ts"
+import { accountingEventOf, attribute, type Candidates, type PaymentCandidate } from "../../src/Matcher/Attribution.ts"
 
 const ADDRESS = "0x6666666666666666666666666666666666666666"
 
@@ -43,5 +43,37 @@ describe("attribute: a top-up goes to the one underpaid payment of its exact rem
     ]))
     expect(result.recorded.map((r) => [r.paymentId, r.attribution])).toEqual([[null, null]])
     expect(result.payments.size).toBe(0)
+  })
+})
+
+describe("attribute: an expired payment inside the late window", () => {
+  const expired = (received: bigint): PaymentCandidate => ({
+    ...underpaid("00000000-0000-4000-8000-000000000003", "a", 1000n, received),
+    status: "EXPIRED",
+    open: false,
+    late: true
+  })
+  const none = { ...candidates([expired(300n)]), openCount: new Map() }
+
+  it("takes a late transfer of its whole amount though it was underpaid: paid late, with all it received", () => {
+    const result = attribute([transfer(1000n)], none)
+    expect(result.recorded.map((r) => [r.paymentId, r.attribution])).toEqual([["00000000-0000-4000-8000-000000000003", "late"]])
+    expect(result.payments.get("00000000-0000-4000-8000-000000000003")).toMatchObject({
+      received: 1300n,
+      status: "EXPIRED",
+      exception: "paid_late",
+      paidLate: true
+    })
+    expect(accountingEventOf(result.recorded[0]!, result)).toBe("payment.paid_late")
+  })
+
+  it("a transfer an orphaned copy gave it that leaves it short is recorded as underpaid, not paid late", () => {
+    const result = attribute([transfer(200n)], {
+      ...candidates([expired(0n)]),
+      openCount: new Map(),
+      remined: new Map([[0, { paymentId: "00000000-0000-4000-8000-000000000003", attribution: "sole" }]])
+    })
+    expect(result.payments.get("00000000-0000-4000-8000-000000000003")).toMatchObject({ received: 200n, exception: "underpaid" })
+    expect(accountingEventOf(result.recorded[0]!, result)).toBe("payment.underpaid")
   })
 })
