@@ -114,7 +114,9 @@ export const runMigrations = (options: {
       yield* oneAtATime(options.embedded, apply(rest))
     }
     const version = Math.max(applied, ...pending.map(idOf))
-    if (pending.length > 0 && version >= SCHEMA_FENCE_VERSION) {
+    // On every start, not only after applying: a replica that died between its contract's
+    // commit and this write would otherwise leave older replicas unfenced for good.
+    if (version >= SCHEMA_FENCE_VERSION) {
       yield* sql`
         INSERT INTO schema_fence (only_row, required_code_version) VALUES (true, ${requiredCodeVersion(version)})
         ON CONFLICT (only_row) DO UPDATE SET required_code_version =

@@ -42,6 +42,25 @@ const previousReleaseSchema = (url: string) =>
   Effect.scoped(Effect.flatMap(connect(url), (sql) =>
     runMigrations({ embedded: false, upTo: 5 }).pipe(Effect.provideService(SqlClient.SqlClient, sql))))
 
+describe("the schema fence", () => {
+  it.scoped("is raised on every start, so a replica that died between a contract's commit and the fence still fences older code", () =>
+    Effect.gen(function*() {
+      const database = yield* freshDatabase
+      const sql = yield* connect(database.url)
+      const migrate = runMigrations({ embedded: false }).pipe(Effect.provideService(SqlClient.SqlClient, sql))
+      const fence = sql<{ required: number }>`SELECT required_code_version AS required FROM schema_fence`
+      yield* migrate
+      const raised = (yield* fence)[0]!.required
+      // The fence as a replica left it that crashed after its contract committed: not raised yet.
+      yield* sql`DELETE FROM schema_fence`
+      yield* migrate
+      expect((yield* fence)[0]!.required).toBe(raised)
+      yield* sql`UPDATE schema_fence SET required_code_version = 1`
+      yield* migrate
+      expect((yield* fence)[0]!.required).toBe(raised)
+    }))
+})
+
 const serviceEnv = (databaseUrl: string, anvilUrl: string) => ({
   DATABASE_URL: databaseUrl,
   CHAINS: "ethereum",
