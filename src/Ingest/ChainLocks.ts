@@ -5,8 +5,9 @@
  * `application_name` = `confirmd-ingester <replica id>`) and, every tick, tries the lock of
  * every chain it does not hold yet on it; the ingester of a chain runs only while its lock is
  * held. That same query is the connection's heartbeat: when it fails or does not answer in
- * time, every ingester of the replica is stopped before the connection is closed, and the
- * replica starts over with a new connection. The lock session is also given an
+ * time, every ingester of the replica is stopped before the connection is closed (the session
+ * kept alive while they finish the runs they are publishing), and the replica starts over with
+ * a new connection. The lock session is also given an
  * `idle_session_timeout`, so PostgreSQL itself ends the session (and frees the chains) of a
  * replica that hangs without dying. A killed replica's connection closes with it, its locks
  * go at once, and another replica takes them on its next tick; it goes on from the chain's
@@ -198,12 +199,18 @@ export class ChainLocks extends Effect.Service<ChainLocks>()("confirmd/ChainLock
           }
         })
 
+        // While the ingesters finish the runs they are publishing, the session keeps asking:
+        // left idle, PostgreSQL would end it and free the chains to another replica while this
+        // one still publishes and moves their cursors.
+        const keepAlive = query("SELECT 1").pipe(Effect.zipRight(Effect.sleep(settings.tick)), Effect.forever, Effect.ignore)
         return yield* tick.pipe(
           Effect.zipRight(progress),
           Effect.zipRight(Effect.sleep(settings.tick)),
           Effect.forever,
           // Stop the ingesters at once, before anything else is released.
-          Effect.onError(() => FiberMap.clear(fibers))
+          // (The keep-alive is made interruptible: this runs as a finalizer, and the race could
+          // not stop it once the ingesters are done.)
+          Effect.onError(() => Effect.raceFirst(FiberMap.clear(fibers), Effect.interruptible(Effect.zipRight(keepAlive, Effect.never))))
         )
       }).pipe(Effect.scoped, Effect.provide(Reactivity.layer))
 
