@@ -121,6 +121,8 @@ export const makeEsplora = (
       )
 
     const text = (response: HttpClientResponse.HttpClientResponse) => response.text
+    const decodeText = <A>(schema: Schema.Schema<A, string>, what: string) => (body: string) =>
+      Schema.decode(schema)(body.trim()).pipe(Effect.mapError(() => unavailable(`unexpected ${what}: ${body.slice(0, 200)}`)))
 
     const pool = yield* makeFailover<Instance>({
       noun: "Esplora endpoint",
@@ -129,10 +131,10 @@ export const makeEsplora = (
       connect: (url) =>
         Effect.gen(function*() {
           const instance: Instance = { base: url.replace(/\/+$/, ""), rawBlocks: yield* Ref.make(true) }
-          const genesis = (yield* get(instance, "/block-height/0", text)).trim()
+          const genesis = yield* get(instance, "/block-height/0", text).pipe(Effect.flatMap(decodeText(Hash, "genesis block hash")))
           return genesisHashes[params.network].includes(genesis)
             ? { _tag: "Ready" as const, connection: instance, batching: false }
-            : { _tag: "Refused" as const, refusal: `genesis block ${genesis.slice(0, 64)} is not ${params.network}'s` }
+            : { _tag: "Refused" as const, refusal: `genesis block ${genesis} is not ${params.network}'s` }
         }),
       rateLimit: (error, now) =>
         error instanceof EsploraStatus && error.status === 429
@@ -149,9 +151,6 @@ export const makeEsplora = (
 
     const bytes = (response: HttpClientResponse.HttpClientResponse) =>
       Effect.map(response.arrayBuffer, (buffer) => new Uint8Array(buffer))
-
-    const decodeText = <A>(schema: Schema.Schema<A, string>, what: string) => (body: string) =>
-      Schema.decode(schema)(body.trim()).pipe(Effect.mapError(() => unavailable(`unexpected ${what}: ${body.slice(0, 200)}`)))
 
     const decodeBlock = decodeBody(EsploraBlock, "Esplora block")
     const decodeTxs = decodeBody(EsploraTxs, "Esplora block transactions")

@@ -202,7 +202,7 @@ export class ChainLocks extends Effect.Service<ChainLocks>()("confirmd/ChainLock
         // While the ingesters finish the runs they are publishing, the session keeps asking:
         // left idle, PostgreSQL would end it and free the chains to another replica while this
         // one still publishes and moves their cursors.
-        const keepAlive = query("SELECT 1").pipe(Effect.zipRight(Effect.sleep(settings.tick)), Effect.forever, Effect.ignore)
+        const keepAlive = query("SELECT 1").pipe(Effect.ignore, Effect.zipRight(Effect.sleep(settings.tick)), Effect.forever)
         return yield* tick.pipe(
           Effect.zipRight(progress),
           Effect.zipRight(Effect.sleep(settings.tick)),
@@ -210,7 +210,7 @@ export class ChainLocks extends Effect.Service<ChainLocks>()("confirmd/ChainLock
           // Stop the ingesters at once, before anything else is released.
           // (The keep-alive is made interruptible: this runs as a finalizer, and the race could
           // not stop it once the ingesters are done.)
-          Effect.onError(() => Effect.raceFirst(FiberMap.clear(fibers), Effect.interruptible(Effect.zipRight(keepAlive, Effect.never))))
+          Effect.onError(() => Effect.raceFirst(FiberMap.clear(fibers), Effect.interruptible(keepAlive)))
         )
       }).pipe(Effect.scoped, Effect.provide(Reactivity.layer))
 

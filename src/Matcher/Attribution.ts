@@ -157,10 +157,13 @@ export const attribute = (transfers: ReadonlyArray<BlockTransfer>, candidates: C
       const sole = here.filter((w) => w.candidate.open)
       if (sole.length === 1) return { working: sole[0]!, attribution: "sole" }
     }
-    const late = here.filter((w) =>
-      w.candidate.late && !isComplete(w) && w.candidate.status !== "PAID" &&
-      (remainder(w) === t.amount || w.candidate.amount === t.amount)
+    // An expired payment still short: the one whose remainder it is, else the one whose whole
+    // amount it is (a payer told it expired may send all of it again).
+    const short = here.filter((w) =>
+      w.candidate.late && !isComplete(w) && w.candidate.status !== "PAID" && remainder(w) > 0n
     )
+    const byRemainder = short.filter((w) => remainder(w) === t.amount)
+    const late = byRemainder.length > 0 ? byRemainder : short.filter((w) => w.candidate.amount === t.amount)
     return late.length === 1 ? { working: late[0]!, attribution: "late" } : null
   }
 

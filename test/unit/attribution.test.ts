@@ -77,3 +77,25 @@ describe("attribute: an expired payment inside the late window", () => {
     expect(accountingEventOf(result.recorded[0]!, result)).toBe("payment.underpaid")
   })
 })
+
+describe("attribute: the late rule takes only what an expired payment is still short of", () => {
+  const late = (id: string, amount: bigint, received: bigint): PaymentCandidate => ({
+    ...underpaid(id, "a", amount, received),
+    status: "EXPIRED",
+    open: false,
+    late: true
+  })
+  const P = "00000000-0000-4000-8000-000000000004"
+  const Q = "00000000-0000-4000-8000-000000000005"
+
+  it("a payment already paid late takes no second transfer of its amount", () => {
+    const result = attribute([transfer(1000n)], { ...candidates([late(P, 1000n, 1000n)]), openCount: new Map() })
+    expect(result.recorded.map((r) => r.paymentId)).toEqual([null])
+    expect(result.payments.size).toBe(0)
+  })
+
+  it("a remainder comes before another payment's whole amount", () => {
+    const result = attribute([transfer(1000n)], { ...candidates([late(P, 1000n, 400n), late(Q, 1700n, 700n)]), openCount: new Map() })
+    expect(result.recorded.map((r) => [r.paymentId, r.attribution])).toEqual([[Q, "late"]])
+  })
+})
