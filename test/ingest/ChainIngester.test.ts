@@ -51,6 +51,23 @@ const onOwnAnvil = (kind: (typeof logKinds)[number]) =>
     return { database, eventLog, seen, node, ...anvilClients(node.url) }
   })
 
+/**
+ * The event log, except that while `armed` the next publish reaches the log, then `meanwhile`
+ * runs and the publish reports a failure (a reply lost after the broker stored the records), so
+ * the cursor does not move; once.
+ */
+const losingOneReply = (eventLog: EventLogService, armed: Ref.Ref<boolean>, meanwhile: Effect.Effect<unknown>): EventLogService => ({
+  ...eventLog,
+  publish: (records) =>
+    Effect.zipRight(
+      eventLog.publish(records),
+      Effect.flatMap(Ref.getAndSet(armed, false), (fire) =>
+        fire
+          ? Effect.zipRight(meanwhile, Effect.fail(new EventLogError({ operation: "publish", message: "reply lost" })))
+          : Effect.void)
+    )
+})
+
 const env = (databaseUrl: string, url: string, extra: Record<string, string> = {}) => ({
   CHAINS: "ethereum",
   RPC_URL_ETHEREUM: url,
@@ -196,21 +213,7 @@ describe.each(logKinds)("ChainIngester on anvil through the %s EventLog", (kind)
       yield* Effect.promise(() => test.mine({ blocks: 3 }))
       // The first publish reaches the log, the node makes five more blocks, and the publish
       // reports a failure, so the chain has no cursor when the ingester starts again.
-      const failed = yield* Ref.make(false)
-      const faulty: EventLogService = {
-        ...eventLog,
-        publish: (records) =>
-          Effect.zipRight(
-            eventLog.publish(records),
-            Effect.flatMap(Ref.getAndSet(failed, true), (done) =>
-              done
-                ? Effect.void
-                : Effect.zipRight(
-                  Effect.promise(() => test.mine({ blocks: 5 })),
-                  Effect.fail(new EventLogError({ operation: "publish", message: "reply lost" }))
-                ))
-          )
-      }
+      const faulty = losingOneReply(eventLog, yield* Ref.make(true), Effect.promise(() => test.mine({ blocks: 5 })))
       // No START_BLOCK: a chain without a cursor starts at the node's head (3).
       const registry = yield* startIngesters(faulty, env(database.url, node.url))
       yield* statusUntil(registry, "ethereum", (s) => s.restarts >= 1 && s.lastPublished?.number === 8n, 60)
@@ -230,20 +233,11 @@ describe.each(logKinds)("ChainIngester on anvil through the %s EventLog", (kind)
       // and the publish reports a failure (a reply lost after the broker stored the records), so
       // the cursor does not move.
       const armed = yield* Ref.make(false)
-      const faulty: EventLogService = {
-        ...eventLog,
-        publish: (records) =>
-          Effect.zipRight(
-            eventLog.publish(records),
-            Effect.flatMap(Ref.getAndSet(armed, false), (fire) =>
-              fire
-                ? Effect.zipRight(
-                  rpc(node.url, "anvil_reorg", [1, [[{ from: wallet.account.address, to, value: "0x2a" }, 0]]]),
-                  Effect.fail(new EventLogError({ operation: "publish", message: "reply lost" }))
-                )
-                : Effect.void)
-          )
-      }
+      const faulty = losingOneReply(
+        eventLog,
+        armed,
+        rpc(node.url, "anvil_reorg", [1, [[{ from: wallet.account.address, to, value: "0x2a" }, 0]]])
+      )
       const registry = yield* startIngesters(faulty, env(database.url, node.url, { START_BLOCK_ETHEREUM: "0" }))
       yield* Effect.promise(() => test.mine({ blocks: 3 }))
       yield* statusUntil(registry, "ethereum", (s) => s.lastPublished?.number === 3n, 60)
