@@ -124,6 +124,8 @@ export const makeEsplora = (
     const decodeText = <A>(schema: Schema.Schema<A, string>, what: string) => (body: string) =>
       Schema.decode(schema)(body.trim()).pipe(Effect.mapError(() => unavailable(`unexpected ${what}: ${body.slice(0, 200)}`)))
 
+    // `testnet` admits three networks: the first instance accepted decides which one.
+    const accepted = yield* Ref.make<string | null>(null)
     const pool = yield* makeFailover<Instance>({
       noun: "Esplora endpoint",
       // Its genesis block first, as an EVM endpoint's chain id: an instance of another network
@@ -132,9 +134,13 @@ export const makeEsplora = (
         Effect.gen(function*() {
           const instance: Instance = { base: url.replace(/\/+$/, ""), rawBlocks: yield* Ref.make(true) }
           const genesis = yield* get(instance, "/block-height/0", text).pipe(Effect.flatMap(decodeText(Hash, "genesis block hash")))
-          return genesisHashes[params.network].includes(genesis)
+          if (!genesisHashes[params.network].includes(genesis)) {
+            return { _tag: "Refused" as const, refusal: `genesis block ${genesis} is not ${params.network}'s` }
+          }
+          const first = yield* Ref.modify(accepted, (pinned) => [pinned ?? genesis, pinned ?? genesis])
+          return first === genesis
             ? { _tag: "Ready" as const, connection: instance, batching: false }
-            : { _tag: "Refused" as const, refusal: `genesis block ${genesis} is not ${params.network}'s` }
+            : { _tag: "Refused" as const, refusal: `genesis block ${genesis} is another network than the other instances' (${first})` }
         }),
       rateLimit: (error, now) =>
         error instanceof EsploraStatus && error.status === 429

@@ -167,6 +167,28 @@ describe("bitcoin on Esplora", () => {
       }).pipe(withClients(`${wrong.url},${right.url}`))
     }))
 
+  it.scopedLive("instances of two test networks are never mixed: the first accepted decides, the other is refused", () =>
+    Effect.gen(function*() {
+      const testParams = bitcoinParams("testnet")
+      const signet = makeEsploraChain(testParams, 5, "signet")
+      const testnet3 = makeEsploraChain(testParams, 60, "testnet")
+      const servers = [yield* serveEsplora(signet, { raw: true }), yield* serveEsplora(testnet3, { raw: true })]
+      yield* Effect.gen(function*() {
+        const clients = yield* ChainClients
+        const states = (yield* clients.endpoints("bitcoin")).map((h) => h.state)
+        expect([...states].sort()).toEqual(["ready", "refused"])
+        const used = states[0] === "ready" ? signet : testnet3
+        for (let i = 0; i < 3; i++) expect(yield* clients.head("bitcoin")).toBe(BigInt(used.blocks().length - 1))
+      }).pipe(
+        Effect.provide(ChainClients.Default),
+        Effect.withConfigProvider(ConfigProvider.fromMap(new Map([
+          ["CHAINS", "bitcoin"],
+          ["BITCOIN_NETWORK", "testnet"],
+          ["ESPLORA_URL", servers.map((server) => server.url).join(",")]
+        ])))
+      )
+    }))
+
   it.scopedLive("every URL rate-limited fails the call saying when the first is free again", () =>
     Effect.gen(function*() {
       const chain = makeEsploraChain(params)

@@ -62,10 +62,11 @@ const regtestGenesis =
   "0100000000000000000000000000000000000000000000000000000000000000000000003ba3edfd7a7b12b27ac72c3e67768f617fc81bc3888a51323a9fb8aa4b1e5e4adae5494dffff7f20020000000101000000010000000000000000000000000000000000000000000000000000000000000000ffffffff4d04ffff001d0104455468652054696d65732030332f4a616e2f32303039204368616e63656c6c6f72206f6e206272696e6b206f66207365636f6e64206261696c6f757420666f722062616e6b73ffffffff0100f2052a01000000434104678afdb0fe5548271967f1a67130b7105cd6a828e03909a67962e0ea1f61deb649f6bc3f4cef38c4f35504e51ec112de5c384df7ba0b8d578a4c702b6bf11d5fac00000000"
 
 /** The real genesis block of `network` (testnet: testnet3's). */
-const genesisOf = (network: BitcoinNetwork): Block => {
+const genesisOf = (network: BitcoinNetwork | "signet"): Block => {
   const block = Block.fromHex(regtestGenesis)
   if (network === "mainnet") Object.assign(block, { timestamp: 1231006505, bits: 0x1d00ffff, nonce: 2083236893 })
   if (network === "testnet") Object.assign(block, { timestamp: 1296688602, bits: 0x1d00ffff, nonce: 414098458 })
+  if (network === "signet") Object.assign(block, { timestamp: 1598918400, bits: 0x1e0377ae, nonce: 52613770 })
   return block
 }
 
@@ -73,7 +74,11 @@ const genesisOf = (network: BitcoinNetwork): Block => {
  * A chain of `start` blocks on the real genesis block of `genesis` (default: the network of
  * `params`, whose encodings its outputs use).
  */
-export const makeEsploraChain = (params: BitcoinParams, start = 5, genesis: BitcoinNetwork = params.network): EsploraChain => {
+export const makeEsploraChain = (
+  params: BitcoinParams,
+  start = 5,
+  genesis: BitcoinNetwork | "signet" = params.network
+): EsploraChain => {
   const first = genesisOf(genesis)
   const blocks: Array<Mined> = [{ block: first, hash: first.getId(), height: 0, addresses: [[undefined]] }]
   const miner = freshAddresses(params).segwit()
