@@ -7,7 +7,8 @@
  * 1. to the payment an orphaned copy of it was attributed to (the same transaction, recipient,
  *    asset and amount: the chain moved it, and it keeps its attribution);
  * 2. to the open watch whose amount it matches exactly (a signup intent or challenge is
- *    confirmed by it; those match exactly only);
+ *    confirmed by it; those match exactly only), a payment the sweeper expired included when
+ *    the block is from before its expiry (a reorg replaced the block the sweeper went by);
  * 3. to the underpaid open payment whose exact remainder it matches;
  * 4. when exactly one payment is open on that address, chain and asset, to that payment;
  * 5. to the one payment expired within the late window whose amount (or remainder) it
@@ -122,13 +123,15 @@ interface Working {
   received: bigint
   completedBy: BlockTransfer | null
   paidLate: boolean
+  /** EXPIRED, and paid in time by this block's exact transfer: PENDING again (see `choose`). */
+  revived: boolean
 }
 
 export const attribute = (transfers: ReadonlyArray<BlockTransfer>, candidates: Candidates): AttributionResult => {
   const byId = new Map<string, Working>()
   const byAddress = new Map<string, Array<Working>>()
   for (const candidate of [...candidates.payments].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))) {
-    const working: Working = { candidate, received: candidate.received, completedBy: null, paidLate: false }
+    const working: Working = { candidate, received: candidate.received, completedBy: null, paidLate: false, revived: false }
     byId.set(candidate.id, working)
     const key = addressKey(candidate.address, candidate.asset)
     byAddress.set(key, [...(byAddress.get(key) ?? []), working])
@@ -147,7 +150,10 @@ export const attribute = (transfers: ReadonlyArray<BlockTransfer>, candidates: C
     const exact = candidates.exact.get(index)
     if (exact !== undefined && exact.kind === "payment") {
       const w = byId.get(exact.id)
-      if (w !== undefined && exact.live && w.candidate.status === "PENDING" && !isComplete(w)) return { working: w, attribution: "exact" }
+      // An EXPIRED payment whose exact transfer is in a block from before its expiry was paid in
+      // time: the sweeper expired it after a block that a reorg has since replaced.
+      const inTime = w !== undefined && (w.candidate.status === "PENDING" || (w.candidate.status === "EXPIRED" && remainder(w) > 0n))
+      if (w !== undefined && exact.live && inTime && !isComplete(w)) return { working: w, attribution: "exact" }
     }
     // Only the one underpaid payment of that remainder: with two (of any accounts), the
     // transfer could be either payer's, and crediting one by its id would be a guess.
@@ -186,9 +192,10 @@ export const attribute = (transfers: ReadonlyArray<BlockTransfer>, candidates: C
     const w = chosen.working
     const wasComplete = isComplete(w)
     w.received += t.amount
-    if (chosen.attribution === "late" || (w.candidate.status === "EXPIRED" && !w.candidate.open)) {
+    if (chosen.attribution === "exact" && w.candidate.status === "EXPIRED") w.revived = true
+    if (chosen.attribution === "late" || (w.candidate.status === "EXPIRED" && !w.revived)) {
       w.paidLate = w.paidLate || w.received >= w.candidate.amount
-    } else if (!wasComplete && w.candidate.status === "PENDING" && w.received >= w.candidate.amount) {
+    } else if (!wasComplete && (w.candidate.status === "PENDING" || w.revived) && w.received >= w.candidate.amount) {
       w.completedBy = t
     }
     recorded.push({ index, transfer: t, paymentId: w.candidate.id, attribution: chosen.attribution, receivedAfter: w.received })
@@ -197,7 +204,9 @@ export const attribute = (transfers: ReadonlyArray<BlockTransfer>, candidates: C
   const payments = new Map<string, PaymentOutcome>()
   for (const w of byId.values()) {
     if (w.received === w.candidate.received) continue
-    const status: PaymentStatus = w.paidLate && w.candidate.status === "PENDING" ? "EXPIRED" : w.candidate.status
+    const status: PaymentStatus = w.revived ? "PENDING"
+      : w.paidLate && w.candidate.status === "PENDING" ? "EXPIRED"
+      : w.candidate.status
     payments.set(w.candidate.id, {
       candidate: w.candidate,
       received: w.received,

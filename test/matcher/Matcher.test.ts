@@ -381,6 +381,32 @@ for (const kind of logKinds) {
         expect(yield* status(h, w)).toMatchObject({ status: "PAID", tx_hash: tx, confirmations: 2, exception: null })
       }).pipe(Effect.scoped))
 
+    it.live("a payment the sweeper expired after a block a reorg replaced is paid by its exact transfer in a replacement block from before its expiry", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(kind)
+        const w = yield* createPayment(h)
+        const n = above(w.startBlock)
+        yield* h.sql`UPDATE payments SET expires_at = now() - interval '1 second' WHERE id = ${w.id}`.pipe(Effect.orDie)
+        yield* h.sql`UPDATE watches SET expires_at = now() - interval '1 second' WHERE id = ${w.id}`.pipe(Effect.orDie)
+        const [row] = yield* h.sql<{ expires: number }>`
+          SELECT extract(epoch FROM expires_at)::float8 AS expires FROM payments WHERE id = ${w.id}`.pipe(Effect.orDie)
+        const expires = Math.floor(row!.expires)
+        // A block stamped past the expiry: the sweeper makes it EXPIRED.
+        yield* h.publish(block("ethereum", n, [], { timestamp: expires - 20 }), block("ethereum", n + 1n, [], { timestamp: expires + 1 }))
+        yield* h.settled("ethereum")
+        yield* sweepExpired.pipe(Effect.provide(MatcherCursors.Default), Effect.provideService(SqlClient.SqlClient, h.sql), Effect.orDie)
+        expect(yield* status(h, w)).toMatchObject({ status: "EXPIRED", tx_hash: null })
+        // The fork replaces that block with one stamped before the expiry, carrying the payer's transfer.
+        const tx = txHash()
+        yield* h.publish(
+          reorg("ethereum", n + 1n, n + 1n),
+          block("ethereum", n + 1n, [{ to: w.address, value: w.amount, txHash: tx }], { fork: "b", parentFork: "a", timestamp: expires - 5 }),
+          block("ethereum", n + 2n, [], { fork: "b", timestamp: expires + 2 })
+        )
+        yield* h.settled("ethereum")
+        expect(yield* status(h, w)).toMatchObject({ status: "PAID", tx_hash: tx, confirmations: 2, exception: null })
+      }).pipe(Effect.scoped))
+
     it.live("a copy of an orphaned block delivered again after its reorg (a second reader, a rebalance) is not applied; the new chain's block is", () =>
       Effect.gen(function*() {
         const h = yield* makeHarness(kind)

@@ -99,3 +99,29 @@ describe("attribute: the late rule takes only what an expired payment is still s
     expect(result.recorded.map((r) => [r.paymentId, r.attribution])).toEqual([[Q, "late"]])
   })
 })
+
+describe("attribute: an expired payment paid in time", () => {
+  const R = "00000000-0000-4000-8000-000000000006"
+  const expired: PaymentCandidate = { ...underpaid(R, "a", 1000n, 0n), status: "EXPIRED", open: false, late: false }
+
+  it("is PENDING again and completed by its exact transfer from a block before its expiry (the sweeper ran before a reorg)", () => {
+    const result = attribute([transfer(1000n)], {
+      ...candidates([expired]),
+      openCount: new Map(),
+      exact: new Map([[0, { kind: "payment" as const, id: R, live: true }]])
+    })
+    expect(result.recorded.map((r) => [r.paymentId, r.attribution])).toEqual([[R, "exact"]])
+    expect(result.payments.get(R)).toMatchObject({ status: "PENDING", received: 1000n, exception: null, paidLate: false })
+    expect(result.payments.get(R)?.completedBy?.amount).toBe(1000n)
+    expect(accountingEventOf(result.recorded[0]!, result)).toBeNull()
+  })
+
+  it("is not, from a block after its expiry", () => {
+    const result = attribute([transfer(1000n)], {
+      ...candidates([expired]),
+      openCount: new Map(),
+      exact: new Map([[0, { kind: "payment" as const, id: R, live: false }]])
+    })
+    expect(result.payments.size).toBe(0)
+  })
+})
