@@ -49,6 +49,16 @@ const createPayment = (h: Harness, usd = "30", options: Record<string, unknown> 
     } satisfies Watch
   })
 
+/** Moves the payment's expiry (and its watch's) to a second ago, as time would; its unix time. */
+const expiredNow = (h: Harness, id: string) =>
+  Effect.gen(function*() {
+    yield* h.sql`UPDATE payments SET expires_at = now() - interval '1 second' WHERE id = ${id}`.pipe(Effect.orDie)
+    yield* h.sql`UPDATE watches SET expires_at = now() - interval '1 second' WHERE id = ${id}`.pipe(Effect.orDie)
+    const [row] = yield* h.sql<{ expires: number }>`
+      SELECT extract(epoch FROM expires_at)::float8 AS expires FROM payments WHERE id = ${id}`.pipe(Effect.orDie)
+    return Math.floor(row!.expires)
+  })
+
 const status = (h: Harness, w: Watch) =>
   Effect.map(h.app.request("GET", `/payments/${w.id}`, { key: w.key }), (r) => r.body)
 
@@ -362,11 +372,7 @@ for (const kind of logKinds) {
         const h = yield* makeHarness(kind)
         const w = yield* createPayment(h)
         const n = above(w.startBlock)
-        yield* h.sql`UPDATE payments SET expires_at = now() - interval '1 second' WHERE id = ${w.id}`.pipe(Effect.orDie)
-        yield* h.sql`UPDATE watches SET expires_at = now() - interval '1 second' WHERE id = ${w.id}`.pipe(Effect.orDie)
-        const [row] = yield* h.sql<{ expires: number }>`
-          SELECT extract(epoch FROM expires_at)::float8 AS expires FROM payments WHERE id = ${w.id}`.pipe(Effect.orDie)
-        const expires = Math.floor(row!.expires)
+        const expires = yield* expiredNow(h, w.id)
         const tx = txHash()
         // Paid in time; then the fork replaces that block with one mined after the expiry.
         yield* h.publish(block("ethereum", n, [{ to: w.address, value: w.amount, txHash: tx }], { timestamp: expires - 10 }))
@@ -386,11 +392,7 @@ for (const kind of logKinds) {
         const h = yield* makeHarness(kind)
         const w = yield* createPayment(h)
         const n = above(w.startBlock)
-        yield* h.sql`UPDATE payments SET expires_at = now() - interval '1 second' WHERE id = ${w.id}`.pipe(Effect.orDie)
-        yield* h.sql`UPDATE watches SET expires_at = now() - interval '1 second' WHERE id = ${w.id}`.pipe(Effect.orDie)
-        const [row] = yield* h.sql<{ expires: number }>`
-          SELECT extract(epoch FROM expires_at)::float8 AS expires FROM payments WHERE id = ${w.id}`.pipe(Effect.orDie)
-        const expires = Math.floor(row!.expires)
+        const expires = yield* expiredNow(h, w.id)
         // A block stamped past the expiry: the sweeper makes it EXPIRED.
         yield* h.publish(block("ethereum", n, [], { timestamp: expires - 20 }), block("ethereum", n + 1n, [], { timestamp: expires + 1 }))
         yield* h.settled("ethereum")
