@@ -142,7 +142,11 @@ export const attribute = (transfers: ReadonlyArray<BlockTransfer>, candidates: C
   const donations: Array<{ kind: "intent" | "challenge"; id: string; txHash: string }> = []
   const recorded: Array<RecordedTransfer> = []
 
-  const choose = (t: BlockTransfer, index: number): { working: Working; attribution: Attribution } | null => {
+  /** `revives`: the exact transfer of an EXPIRED payment, from a block before its expiry. */
+  const choose = (
+    t: BlockTransfer,
+    index: number
+  ): { working: Working; attribution: Attribution; revives?: boolean } | null => {
     const remined = candidates.remined.get(index)
     const reminedTo = remined === undefined ? undefined : byId.get(remined.paymentId)
     if (remined !== undefined && reminedTo !== undefined) return { working: reminedTo, attribution: remined.attribution }
@@ -153,7 +157,9 @@ export const attribute = (transfers: ReadonlyArray<BlockTransfer>, candidates: C
       // An EXPIRED payment whose exact transfer is in a block from before its expiry was paid in
       // time: the sweeper expired it after a block that a reorg has since replaced.
       const inTime = w !== undefined && (w.candidate.status === "PENDING" || (w.candidate.status === "EXPIRED" && remainder(w) > 0n))
-      if (w !== undefined && exact.live && inTime && !isComplete(w)) return { working: w, attribution: "exact" }
+      if (w !== undefined && exact.live && inTime && !isComplete(w)) {
+        return { working: w, attribution: "exact", revives: w.candidate.status === "EXPIRED" }
+      }
     }
     // Only the one underpaid payment of that remainder: with two (of any accounts), the
     // transfer could be either payer's, and crediting one by its id would be a guess.
@@ -192,7 +198,7 @@ export const attribute = (transfers: ReadonlyArray<BlockTransfer>, candidates: C
     const w = chosen.working
     const wasComplete = isComplete(w)
     w.received += t.amount
-    if (chosen.attribution === "exact" && w.candidate.status === "EXPIRED") w.revived = true
+    if (chosen.revives === true) w.revived = true
     if (chosen.attribution === "late" || (w.candidate.status === "EXPIRED" && !w.revived)) {
       w.paidLate = w.paidLate || w.received >= w.candidate.amount
     } else if (!wasComplete && (w.candidate.status === "PENDING" || w.revived) && w.received >= w.candidate.amount) {

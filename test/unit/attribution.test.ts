@@ -125,3 +125,17 @@ describe("attribute: an expired payment paid in time", () => {
     expect(result.payments.size).toBe(0)
   })
 })
+
+describe("attribute: a re-mined transfer of an expired payment", () => {
+  const S = "00000000-0000-4000-8000-000000000007"
+
+  it("does not make it PENDING again: it was attributed exactly once, but the payment expired since", () => {
+    const expired: PaymentCandidate = { ...underpaid(S, "a", 1000n, 0n), status: "EXPIRED", open: false, late: false }
+    const result = attribute([transfer(1000n)], {
+      ...candidates([expired]),
+      openCount: new Map(),
+      remined: new Map([[0, { paymentId: S, attribution: "exact" as const }]])
+    })
+    expect(result.payments.get(S)).toMatchObject({ status: "EXPIRED", received: 1000n, completedBy: null, exception: "paid_late" })
+  })
+})
