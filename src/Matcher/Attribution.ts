@@ -137,6 +137,8 @@ export const attribute = (transfers: ReadonlyArray<BlockTransfer>, candidates: C
     byAddress.set(key, [...(byAddress.get(key) ?? []), working])
   }
   const isComplete = (w: Working) => w.candidate.complete || w.completedBy !== null || w.paidLate
+  /** Its status as the block left it so far: an EXPIRED one revived is PENDING again. */
+  const statusNow = (w: Working): PaymentStatus => (w.revived ? "PENDING" : w.candidate.status)
   const remainder = (w: Working) => w.candidate.amount - w.received
   const consumed = new Set<string>()
   const donations: Array<{ kind: "intent" | "challenge"; id: string; txHash: string }> = []
@@ -156,9 +158,9 @@ export const attribute = (transfers: ReadonlyArray<BlockTransfer>, candidates: C
       const w = byId.get(exact.id)
       // An EXPIRED payment whose exact transfer is in a block from before its expiry was paid in
       // time: the sweeper expired it after a block that a reorg has since replaced.
-      const inTime = w !== undefined && (w.candidate.status === "PENDING" || (w.candidate.status === "EXPIRED" && remainder(w) > 0n))
-      if (w !== undefined && exact.live && inTime && !isComplete(w)) {
-        return { working: w, attribution: "exact", revives: w.candidate.status === "EXPIRED" }
+      if (w !== undefined && exact.live && !isComplete(w)) {
+        if (w.candidate.status === "PENDING") return { working: w, attribution: "exact" }
+        if (w.candidate.status === "EXPIRED" && remainder(w) > 0n) return { working: w, attribution: "exact", revives: true }
       }
     }
     // Only the one underpaid payment of that remainder: with two (of any accounts), the
@@ -199,9 +201,9 @@ export const attribute = (transfers: ReadonlyArray<BlockTransfer>, candidates: C
     const wasComplete = isComplete(w)
     w.received += t.amount
     if (chosen.revives === true) w.revived = true
-    if (chosen.attribution === "late" || (w.candidate.status === "EXPIRED" && !w.revived)) {
+    if (chosen.attribution === "late" || statusNow(w) === "EXPIRED") {
       w.paidLate = w.paidLate || w.received >= w.candidate.amount
-    } else if (!wasComplete && (w.candidate.status === "PENDING" || w.revived) && w.received >= w.candidate.amount) {
+    } else if (!wasComplete && statusNow(w) === "PENDING" && w.received >= w.candidate.amount) {
       w.completedBy = t
     }
     recorded.push({ index, transfer: t, paymentId: w.candidate.id, attribution: chosen.attribution, receivedAfter: w.received })
@@ -210,9 +212,8 @@ export const attribute = (transfers: ReadonlyArray<BlockTransfer>, candidates: C
   const payments = new Map<string, PaymentOutcome>()
   for (const w of byId.values()) {
     if (w.received === w.candidate.received) continue
-    const status: PaymentStatus = w.revived ? "PENDING"
-      : w.paidLate && w.candidate.status === "PENDING" ? "EXPIRED"
-      : w.candidate.status
+    const current = statusNow(w)
+    const status: PaymentStatus = w.paidLate && current === "PENDING" ? "EXPIRED" : current
     payments.set(w.candidate.id, {
       candidate: w.candidate,
       received: w.received,
