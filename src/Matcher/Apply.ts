@@ -8,12 +8,13 @@
  *
  * Idempotent, because every message is delivered at least once:
  * - a block at or below the cursor height was applied already and is skipped;
- * - so is a block the last applied reorg record orphaned, delivered again after it from before
- *   it in the log (a second reader of the partition, a consumer that lost it mid-batch): it
- *   extends the common ancestor as the new chain's block does, and applying it would skip that
- *   one. The same block published after the reorg record is the chain come back to it, and
- *   applied;
- * - a reorg record identical to the last one applied is skipped (`last_reorg`);
+ * - so is a block an applied reorg record (the last or one of the 16 before it) orphaned,
+ *   delivered again after it from before it in the log (a second reader of the partition, a
+ *   consumer that lost it mid-batch): it extends the common ancestor as the new chain's block
+ *   does, and applying it would skip that one. The same block published after the reorg record
+ *   is the chain come back to it, and applied;
+ * - a reorg record from before the last one applied in the log, or published again, is skipped
+ *   (`isRedelivered`);
  * - state moves are guarded by the current state, outbox rows collide on their event id.
  *
  * Decisions where the API contract is silent (docs/decisions.md):
@@ -36,7 +37,7 @@ import { Outbox } from "../Outbox/Outbox.ts"
 import type { BlockMessage, BlockRecord, BlockRef, ReorgRecord } from "../Ingest/BlockMessage.ts"
 import { Fact, type PaymentReorged } from "../Outbox/Facts.ts"
 import { attribute, type BlockTransfer, positionOf } from "./Attribution.ts"
-import { lockCursor, readBlock } from "./BlockRead.ts"
+import { type LockedCursor, lockCursor, readBlock } from "./BlockRead.ts"
 import { type DonationRow, orphanDetections, orphanTransfers, writeAttribution } from "./BlockWrite.ts"
 import { ChainConfirmationsRequired } from "./Confirmations.ts"
 import { recount } from "./Recount.ts"
@@ -96,6 +97,18 @@ export interface Cursor {
 /** Identifies a reorg record, to recognise its redelivery. */
 export const reorgKey = (record: ReorgRecord): string =>
   `${record.fromNumber}:${record.orphaned.at(-1)?.hash ?? "-"}:${record.commonAncestor?.hash ?? "-"}`
+
+/**
+ * Whether a reorg record was applied already, or is older than one that was: it comes from
+ * before the last applied reorg in the log (a second reader, a consumer that lost its
+ * partition), or is like that one (`reorgKey`) and published again (an ingester that stopped
+ * before moving its cursor). One like it is a new reorg when the chain came back since to the
+ * block it orphaned (endpoints that disagree can show one fork twice): its transfers leave the
+ * sums again.
+ */
+export const isRedelivered = (cursor: LockedCursor, record: ReorgRecord, offset: bigint | undefined): boolean =>
+  (offset !== undefined && cursor.lastReorgOffset !== null && offset <= cursor.lastReorgOffset) ||
+  (cursor.lastReorg === reorgKey(record) && cursor.hash !== (record.orphaned.at(-1)?.hash ?? null))
 
 /** The newer of two finalized heights (null: unknown); a block never moves it backwards. */
 export const newerFinalized = (stored: bigint | null, reported: bigint | undefined): bigint | null =>
@@ -220,7 +233,7 @@ export const makeApply = Effect.gen(function*() {
       const key = reorgKey(record)
       // Nothing applied at or above the fork (or this very record was applied already and
       // the new canonical blocks may have followed): nothing to undo.
-      if (cursor.number < record.fromNumber || cursor.lastReorg === key) {
+      if (cursor.number < record.fromNumber || isRedelivered(cursor, record, offset)) {
         return skipped(record.chain, "reorg", record.fromNumber, 0)
       }
       yield* orphanTransfers(sql, record.chain, record.fromNumber)

@@ -41,6 +41,7 @@ const CursorJson = Schema.Struct({
   number: Schema.BigInt,
   hash: Schema.NullOr(Schema.String),
   last_reorg: Schema.NullOr(Schema.String),
+  last_reorg_offset: Schema.NullOr(Schema.BigInt),
   finalized: Schema.NullOr(Schema.BigInt)
 })
 
@@ -61,12 +62,14 @@ export interface LockedCursor {
   readonly number: bigint
   readonly hash: string | null
   readonly lastReorg: string | null
+  /** The last applied reorg record's position in the log, when known. */
+  readonly lastReorgOffset: bigint | null
   readonly finalized: bigint | null
 }
 
 export interface BlockRead {
   readonly cursor: LockedCursor
-  /** The block is one the last applied reorg record orphaned, from before that record in the log. */
+  /** The block is one an applied reorg record (the last or one of the 16 before it) orphaned, from before that record in the log. */
   readonly orphanedCopy: boolean
   /**
    * False when another matcher transaction committed between this statement's snapshot and its
@@ -83,6 +86,8 @@ export const lockCursor = (sql: SqlClient.SqlClient, chain: ChainName) =>
     INSERT INTO matcher_cursors (chain, number, hash) VALUES (${chain}, -1, NULL)
     ON CONFLICT (chain) DO UPDATE SET chain = EXCLUDED.chain
     RETURNING json_build_object('number', number::text, 'hash', hash, 'last_reorg', last_reorg,
+                                'last_reorg_offset',
+                                CASE WHEN last_reorg_orphaned->>'key' = last_reorg THEN last_reorg_orphaned->>'offset' END,
                                 'finalized', finalized::text) AS cursor`.pipe(
     // A row of another shape is a bug in this statement, not a database failure.
     Effect.flatMap((rows) => Effect.orDie(decodeCursor(rows))),
@@ -93,6 +98,7 @@ const lockedCursor = (c: typeof CursorJson.Type): LockedCursor => ({
   number: c.number,
   hash: c.hash,
   lastReorg: c.last_reorg,
+  lastReorgOffset: c.last_reorg_offset,
   finalized: c.finalized
 })
 
@@ -124,9 +130,15 @@ export const readBlock = (
       INSERT INTO matcher_cursors (chain, number, hash) VALUES (${block.chain}, -1, NULL)
       ON CONFLICT (chain) DO UPDATE SET chain = EXCLUDED.chain
       RETURNING number, hash, last_reorg, finalized, updated_at, xmax = 0 AS inserted,
-        COALESCE(last_reorg_orphaned->>'key' = last_reorg AND last_reorg_orphaned->'hashes' ? ${block.hash}
-          AND ${offset === undefined ? null : offset.toString()}::numeric < (last_reorg_orphaned->>'offset')::numeric, false)
-          AS orphaned_copy
+        CASE WHEN last_reorg_orphaned->>'key' = last_reorg THEN last_reorg_orphaned->>'offset' END AS last_reorg_offset,
+        ${offset === undefined ? null : offset.toString()}::numeric IS NOT NULL AND EXISTS (
+          SELECT 1 FROM (
+            SELECT last_reorg_orphaned AS r WHERE last_reorg_orphaned->>'key' = last_reorg
+            UNION ALL SELECT jsonb_array_elements(last_reorg_orphaned->'earlier')
+          ) applied
+          WHERE applied.r->'hashes' ? ${block.hash}
+            AND ${offset === undefined ? null : offset.toString()}::numeric < (applied.r->>'offset')::numeric
+        ) AS orphaned_copy
     ),
     t AS (
       SELECT t.tx_hash, t.address, t.amount, t.asset, t.position, (t.ord - 1)::int AS ord FROM unnest(
@@ -234,7 +246,7 @@ export const readBlock = (
     seen AS (SELECT number, hash, last_reorg, finalized, updated_at FROM matcher_cursors WHERE chain = ${block.chain})
     SELECT json_build_object(
       'cursor', json_build_object('number', l.number::text, 'hash', l.hash, 'last_reorg', l.last_reorg,
-                                  'finalized', l.finalized::text),
+                                  'last_reorg_offset', l.last_reorg_offset, 'finalized', l.finalized::text),
       'orphaned_copy', l.orphaned_copy,
       'current', l.inserted OR EXISTS (
         SELECT 1 FROM seen s WHERE (s.number, s.hash, s.last_reorg, s.finalized, s.updated_at)

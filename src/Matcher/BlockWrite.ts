@@ -214,9 +214,12 @@ const decodeOrphaned = Schema.decodeUnknown(Schema.Array(OrphanedRow))
  * Marks the chain's live detections from `fromNumber` on as orphaned, resets the transaction of
  * a payment not yet PAID among them (0 confirmations, its watch still open), and records the
  * reorg as the last applied (its key), with the hashes of the blocks it orphaned and its
- * position in the log. Returns the orphaned detections, with their payment's
+ * position in the log, kept with those of the 16 reorgs before it. Returns the orphaned detections, with their payment's
  * account and status.
  */
+/** How many reorgs before the last one a lagging reader's copies are recognised from. */
+const rememberedReorgs = 16
+
 export const orphanDetections = (
   sql: SqlClient.SqlClient,
   chain: ChainName,
@@ -243,7 +246,14 @@ export const orphanDetections = (
     marked AS (
       UPDATE matcher_cursors SET last_reorg = ${reorg.key},
         last_reorg_orphaned = jsonb_build_object('key', ${reorg.key}::text, 'hashes', to_jsonb(${reorg.hashes}::text[]),
-                                                 'offset', ${reorg.offset === undefined ? null : reorg.offset.toString()}::text)
+          'offset', ${reorg.offset === undefined ? null : reorg.offset.toString()}::text,
+          -- The reorgs before it, newest first, for a reader that lags behind several.
+          'earlier', COALESCE((
+            SELECT jsonb_agg(e ORDER BY i) FROM jsonb_array_elements(
+              CASE WHEN last_reorg_orphaned->>'key' = last_reorg AND last_reorg_orphaned->>'offset' IS NOT NULL
+                THEN jsonb_build_array(last_reorg_orphaned - 'earlier' - 'key') ELSE '[]'::jsonb END
+              || COALESCE(last_reorg_orphaned->'earlier', '[]'::jsonb)
+            ) WITH ORDINALITY AS t (e, i) WHERE i <= ${rememberedReorgs}), '[]'::jsonb))
       WHERE chain = ${chain}
     )
     SELECT o.kind, o.watch_id AS id, o.tx_hash, o.block_number::text AS block_number, o.block_hash,

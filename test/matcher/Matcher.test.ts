@@ -367,6 +367,44 @@ for (const kind of logKinds) {
         expect(yield* status(h, w)).toMatchObject({ status: "PAID", confirmations: 2, tx_hash: first.transfers[0]!.txHash })
       }).pipe(Effect.scoped))
 
+    it.live("the same fork seen twice (endpoints that disagree on a block) takes the transfer out of the sum again", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(kind)
+        const w = yield* createPayment(h)
+        const n = above(w.startBlock)
+        const first = block("ethereum", n, [{ to: w.address, value: w.amount }])
+        // Block n as a, then b, then a again: the same reorg record twice, the second one real.
+        yield* h.publish(first, reorg("ethereum", n, n), first)
+        yield* h.settled("ethereum")
+        expect(yield* status(h, w)).toMatchObject({ status: "PENDING", confirmations: 1 })
+        yield* h.publish(
+          reorg("ethereum", n, n),
+          block("ethereum", n, [], { fork: "b", parentFork: "a" }),
+          block("ethereum", n + 1n, [], { fork: "b" })
+        )
+        yield* h.settled("ethereum")
+        expect(yield* status(h, w)).toMatchObject({ status: "PENDING", tx_hash: null, amount_received_wei: "0" })
+      }).pipe(Effect.scoped))
+
+    it.live("a reorg published again with its blocks (an ingester that stopped before moving its cursor) changes nothing", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(kind)
+        const w = yield* createPayment(h)
+        const n = above(w.startBlock)
+        const run = [
+          reorg("ethereum", n, n),
+          block("ethereum", n, [{ to: w.address, value: w.amount }], { fork: "b", parentFork: "a" }),
+          block("ethereum", n + 1n, [], { fork: "b" })
+        ] as const
+        yield* h.publish(block("ethereum", n, []), ...run)
+        yield* h.settled("ethereum")
+        expect(yield* status(h, w)).toMatchObject({ status: "PAID", confirmations: 2 })
+        yield* h.publish(...run)
+        yield* h.settled("ethereum")
+        expect(yield* status(h, w)).toMatchObject({ status: "PAID", confirmations: 2, tx_hash: run[1].transfers[0]!.txHash })
+        expect((yield* outbox(h, w.id)).map((e) => e.type)).toEqual(["payment.paid"])
+      }).pipe(Effect.scoped))
+
     it.live("a payment whose transfer a reorg took away past its expiry is not expired by the sweeper: the re-mined transfer pays it", () =>
       Effect.gen(function*() {
         const h = yield* makeHarness(kind)
@@ -429,6 +467,36 @@ for (const kind of logKinds) {
         yield* h.settled("ethereum")
         expect(yield* status(h, orphanedTo)).toMatchObject({ status: "PENDING", tx_hash: null, amount_received_wei: "0" })
         expect(yield* status(h, canonicalTo)).toMatchObject({ status: "PAID", confirmations: 2 })
+      }).pipe(Effect.scoped))
+
+    it.live("a reader behind two reorgs applies neither a block the first one orphaned nor the first reorg again", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(kind)
+        const orphanedTo = yield* createPayment(h, "30")
+        const canonicalTo = yield* createPayment(h, "31")
+        const n = above(canonicalTo.startBlock)
+        const stale = block("ethereum", n + 2n, [{ to: orphanedTo.address, value: orphanedTo.amount }])
+        const first = reorg("ethereum", n, n + 2n)
+        // Offsets 0 to 7: fork a, replaced by b, itself replaced by c, which pays.
+        yield* h.publish(
+          block("ethereum", n, []),
+          block("ethereum", n + 1n, []),
+          stale,
+          first,
+          block("ethereum", n, [], { fork: "b", parentFork: "a" }),
+          reorg("ethereum", n, n, "b"),
+          block("ethereum", n, [{ to: canonicalTo.address, value: canonicalTo.amount }], { fork: "c", parentFork: "a" }),
+          block("ethereum", n + 1n, [], { fork: "c" })
+        )
+        yield* h.settled("ethereum")
+        expect(yield* status(h, canonicalTo)).toMatchObject({ status: "PAID", confirmations: 2 })
+        // A second reader still at offset 2: a block the first reorg orphaned, above the
+        // cursor, then that reorg.
+        const again = yield* h.matcher.applyAll([stale, first], [], [2n, 3n])
+        expect(again.map((outcome) => outcome.applied)).toEqual([false, false])
+        expect(yield* status(h, orphanedTo)).toMatchObject({ status: "PENDING", tx_hash: null, amount_received_wei: "0" })
+        expect(yield* status(h, canonicalTo)).toMatchObject({ status: "PAID", confirmations: 2 })
+        expect((yield* outbox(h, canonicalTo.id)).map((e) => e.type)).toEqual(["payment.paid"])
       }).pipe(Effect.scoped))
 
     it.live("a bitcoin block stamped before the expiry, after one stamped past it, still pays: the sweeper waits for the chain's time to settle", () =>
