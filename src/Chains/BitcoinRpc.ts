@@ -15,6 +15,8 @@ import {
   unavailable
 } from "./BitcoinClient.ts"
 import type { ChainUnavailable } from "./Block.ts"
+import { scriptAddress } from "./BitcoinRaw.ts"
+import type { BitcoinParams } from "../Domain/Address.ts"
 
 /** The node answered with a JSON-RPC error object. */
 class RpcError extends Data.TaggedError("RpcError")<{ readonly method: string; readonly code: number; readonly message: string }> {}
@@ -24,11 +26,13 @@ const Envelope = Schema.Struct({
   error: Schema.NullOr(Schema.Struct({ code: Schema.Number, message: Schema.String }))
 })
 
-const ScriptPubKey = Schema.Struct({
-  address: Schema.optional(Schema.String),
-  // Bitcoin Core before 22 and bcoin list the address in `addresses`.
-  addresses: Schema.optional(Schema.Array(Schema.String))
-})
+/**
+ * Only the script's bytes: the address it pays is read from them (`scriptAddress`), as from a
+ * raw block. A node's own `address`/`addresses` names more than Core's templates: bcoin (and
+ * Core before 22) give a P2PK output its key's P2PKH address and a bare multisig its P2SH
+ * address, outputs the owner's wallet never sees.
+ */
+const ScriptPubKey = Schema.Struct({ hex: Schema.String.pipe(Schema.pattern(/^(?:[0-9a-f]{2})*$/i)) })
 
 const RpcBlock = Schema.Struct({
   hash: Schema.String,
@@ -42,13 +46,11 @@ const RpcBlock = Schema.Struct({
   }))
 })
 
-const addressOf = (script: typeof ScriptPubKey.Type): string | undefined =>
-  script.address ?? (script.addresses?.length === 1 ? script.addresses[0] : undefined)
-
 /** `url` may carry `user:password@`; it is sent as a Basic authorization header. */
 export const makeBitcoinRpc = (
   url: URL,
-  timeout: Duration.Duration
+  timeout: Duration.Duration,
+  params: BitcoinParams
 ): Effect.Effect<BitcoinClient, never, HttpClient.HttpClient> =>
   Effect.gen(function*() {
     const http = yield* HttpClient.HttpClient
@@ -120,7 +122,7 @@ export const makeBitcoinRpc = (
               transfersOfTx(
                 tx.txid,
                 index,
-                tx.vout.map((out) => ({ address: addressOf(out.scriptPubKey), value: out.value }))
+                tx.vout.map((out) => ({ address: scriptAddress(Buffer.from(out.scriptPubKey.hex, "hex"), params), value: out.value }))
               )
             )
           })),

@@ -124,7 +124,7 @@ const makeBitcoin = (timeout: Duration.Duration, params: BitcoinParams, settings
   const rpcUrl = yield* Config.option(Config.url("BITCOIN_RPC_URL"))
   if (Option.isSome(rpcUrl)) {
     return {
-      client: yield* makeBitcoinRpc(rpcUrl.value, timeout),
+      client: yield* makeBitcoinRpc(rpcUrl.value, timeout, params),
       host: hostOf(rpcUrl.value),
       health: Effect.succeed([]),
       status: Effect.succeed([]),

@@ -2,10 +2,10 @@
 // (ANVIL_URL, BITCOIN_RPC_URL, BITCOIN_WALLET_RPC_URL; see test/setup/engines.ts).
 import { FetchHttpClient, HttpClient, HttpClientRequest } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
-import { address as btcAddress } from "bitcoinjs-lib"
+import { address as btcAddress, crypto } from "bitcoinjs-lib"
 import { Config, ConfigProvider, Data, Effect, Either, Exit, Option, ParseResult, Schedule, Schema } from "effect"
 import { createServer, type Socket } from "node:net"
-import { randomBytes } from "node:crypto"
+import { createECDH, randomBytes } from "node:crypto"
 import { createTestClient, createWalletClient, http } from "viem"
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts"
 import { btcToSatoshis, transfersOfTx } from "../../src/Chains/BitcoinClient.ts"
@@ -238,6 +238,46 @@ describe("ChainClients on the bitcoin regtest node", () => {
           { txHash: sent.hash, to: payee, value: 80_236n, index: expect.any(Number), asset: "native", origin: "transaction" }
         ])
         expect(toPayee[0]?.index).toBeGreaterThan(0)
+      }).pipe(withClients(env))
+    }))
+  it.live("outputs no wallet reads as an address's (P2PK, bare multisig) pay nobody; the node's own address names for them are not used", () =>
+    Effect.gen(function*() {
+      const env = yield* engineEnv
+      const wallet = yield* Config.string("BITCOIN_WALLET_RPC_URL")
+      const funding = yield* rpc(wallet, "getnewaddress", ["default"], Schema.String)
+      const payee = btcAddress.toBech32(randomBytes(20), 0, "rb")
+      const key = createECDH("secp256k1")
+      const publicKey = Buffer.from(key.generateKeys(undefined, "compressed"))
+      const p2pk = Buffer.concat([Buffer.from([33]), publicKey, Buffer.from([0xac])])
+      // 1-of-1 bare multisig: OP_1 <key> OP_1 OP_CHECKMULTISIG.
+      const multisig = Buffer.concat([Buffer.from([0x51, 33]), publicKey, Buffer.from([0x51, 0xae])])
+      // What bcoin names these outputs: the key's P2PKH address and the script's P2SH address
+      // (regtest versions 60 and 38, as the tests configure).
+      const keyAddress = btcAddress.toBase58Check(crypto.hash160(publicKey), 60)
+      const scriptAddress = btcAddress.toBase58Check(crypto.hash160(multisig), 38)
+      yield* Effect.gen(function*() {
+        const clients = yield* ChainClients
+        yield* rpc(env.BITCOIN_RPC_URL, "generatetoaddress", [101, funding], Schema.Array(Schema.String))
+        const height = yield* clients.head("bitcoin")
+        yield* eventually(
+          httpJson(wallet, "/wallet/primary/block").pipe(
+            Effect.flatMap(Schema.decodeUnknown(Schema.Array(Schema.Number))),
+            Effect.filterOrFail((heights) => heights.includes(Number(height)))
+          )
+        )
+        const sent = yield* httpJson(wallet, "/wallet/primary/send", {
+          rate: 10_000,
+          outputs: [
+            { script: p2pk.toString("hex"), value: 50_000 },
+            { script: multisig.toString("hex"), value: 60_000 },
+            { address: payee, value: 70_000 }
+          ]
+        }).pipe(Effect.flatMap(Schema.decodeUnknown(Schema.Struct({ hash: Schema.String }))))
+        yield* rpc(env.BITCOIN_RPC_URL, "generatetoaddress", [1, funding], Schema.Array(Schema.String))
+        const block = yield* clients.block("bitcoin", height + 1n)
+        const named = [payee, keyAddress, scriptAddress]
+        expect(block.transfers.filter((t) => t.txHash === sent.hash && named.includes(t.to)).map((t) => [t.to, t.value]))
+          .toEqual([[payee, 70_000n]])
       }).pipe(withClients(env))
     }))
 })
