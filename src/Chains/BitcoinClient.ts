@@ -89,9 +89,6 @@ export const Btc = Schema.String.pipe(
   })
 )
 
-/** An integer satoshi amount written as a JSON number. */
-export const Satoshis = Schema.String.pipe(Schema.pattern(/^\d+$/), Schema.compose(Schema.BigInt))
-
 export interface Output {
   /** Undefined for outputs without a single address (OP_RETURN, bare multisig, ...). */
   readonly address: string | undefined

@@ -1,9 +1,10 @@
 /**
  * Esplora REST backend (Blockstream's esplora, mempool.space): `/blocks/tip/height`,
- * `/block-height/:h`, and a block in one request from `/block/:hash/raw`, parsed here. An
- * instance that serves no raw blocks (404 for a block it has) is read from then on by
- * `/block/:hash` and its pages `/block/:hash/txs/:start` (25 transactions a page): a block of
- * 3,000 transactions is 121 requests that way, which public instances rate-limit.
+ * `/block-height/:h`, and a block in one request from `/block/:hash/raw`, parsed here: its
+ * hash is computed from its header and its transactions checked against the header's merkle
+ * root (BitcoinRaw.ts). An instance that serves no raw blocks (404 for a block it has) is a
+ * failing instance: its JSON transactions could not be checked against anything, so one that
+ * added a payment of its own to a real block would be believed.
  *
  * An instance is used only once its genesis block (`/block-height/0`) is the configured
  * network's; one of another network is refused for good, as an EVM endpoint serving another
@@ -19,31 +20,12 @@ import { HttpClient, HttpClientRequest, type HttpClientResponse } from "@effect/
 import { Data, Duration, Effect, Option, Ref, Schema } from "effect"
 import type { BitcoinParams } from "../Domain/Address.ts"
 import { chains } from "../Domain/Chain.ts"
-import { type BitcoinClient, decodeBody, genesisHashes, nullHash, Satoshis, transfersOfTx, unavailable } from "./BitcoinClient.ts"
+import { type BitcoinClient, genesisHashes, transfersOfTx, unavailable } from "./BitcoinClient.ts"
 import { parseRawBlock } from "./BitcoinRaw.ts"
 import { type ChainBlock, ChainUnavailable } from "./Block.ts"
 import { behindBlocksFor, type EndpointHealth, type EndpointStatus } from "./EndpointHealth.ts"
 import { retryAfterMs } from "./Endpoints.ts"
 import { type FailoverSettings, makeFailover } from "./Failover.ts"
-
-const PAGE_SIZE = 25
-const PAGE_CONCURRENCY = 4
-
-const EsploraBlock = Schema.Struct({
-  id: Schema.String,
-  height: Schema.Number,
-  timestamp: Schema.Number,
-  previousblockhash: Schema.optional(Schema.NullOr(Schema.String)),
-  tx_count: Schema.Number
-})
-
-const EsploraTxs = Schema.Array(Schema.Struct({
-  txid: Schema.String,
-  vout: Schema.Array(Schema.Struct({
-    scriptpubkey_address: Schema.optional(Schema.String),
-    value: Satoshis
-  }))
-}))
 
 const Height = Schema.NumberFromString.pipe(Schema.int(), Schema.nonNegative())
 const Hash = Schema.String.pipe(Schema.pattern(/^[0-9a-f]{64}$/))
@@ -62,8 +44,6 @@ const noRoute = new Set([400, 404, 405, 501])
 /** One Esplora instance, as the failover hands it to a request. */
 interface Instance {
   readonly base: string
-  /** Whether it serves `/block/:hash/raw`; learned on the first block read. */
-  readonly rawBlocks: Ref.Ref<boolean>
 }
 
 export interface Esplora {
@@ -132,7 +112,7 @@ export const makeEsplora = (
       // serves blocks whose raw outputs read as this network's addresses.
       connect: (url) =>
         Effect.gen(function*() {
-          const instance: Instance = { base: url.replace(/\/+$/, ""), rawBlocks: yield* Ref.make(true) }
+          const instance: Instance = { base: url.replace(/\/+$/, "") }
           const genesis = yield* get(instance, "/block-height/0", text).pipe(Effect.flatMap(decodeText(Hash, "genesis block hash")))
           if (!genesisHashes[params.network].includes(genesis)) {
             return { _tag: "Refused" as const, refusal: `genesis block ${genesis} is not ${params.network}'s` }
@@ -158,8 +138,6 @@ export const makeEsplora = (
     const bytes = (response: HttpClientResponse.HttpClientResponse) =>
       Effect.map(response.arrayBuffer, (buffer) => new Uint8Array(buffer))
 
-    const decodeBlock = decodeBody(EsploraBlock, "Esplora block")
-    const decodeTxs = decodeBody(EsploraTxs, "Esplora block transactions")
 
     /** One request through the failover; whatever failed last is told as ChainUnavailable. */
     const request = <A>(call: (instance: Instance) => Effect.Effect<A, unknown>) =>
@@ -181,48 +159,24 @@ export const makeEsplora = (
         } satisfies ChainBlock
       })
 
-    const fromPages = (instance: Instance, block: typeof EsploraBlock.Type) =>
-      Effect.gen(function*() {
-        const starts = Array.from({ length: Math.ceil(block.tx_count / PAGE_SIZE) }, (_, page) => page * PAGE_SIZE)
-        const pages = yield* Effect.forEach(
-          starts,
-          (start) => get(instance, `/block/${block.id}/txs/${start}`, text).pipe(Effect.flatMap(decodeTxs)),
-          { concurrency: PAGE_CONCURRENCY }
-        )
-        return {
-          chain: "bitcoin",
-          number: BigInt(block.height),
-          hash: block.id,
-          parentHash: block.previousblockhash ?? nullHash,
-          timestamp: block.timestamp,
-          transfers: pages.flat().flatMap((tx, index) =>
-            transfersOfTx(
-              tx.txid,
-              index,
-              tx.vout.map((out) => ({ address: out.scriptpubkey_address, value: out.value }))
-            )
-          )
-        } satisfies ChainBlock
-      })
-
-    const summary = (instance: Instance, hash: string) =>
-      get(instance, `/block/${hash}`, text).pipe(Effect.flatMap(decodeBlock))
-
     const readBlock = (instance: Instance, hash: string, height: bigint) =>
-      Effect.gen(function*() {
-        if (!(yield* Ref.get(instance.rawBlocks))) return yield* fromPages(instance, yield* summary(instance, hash))
-        const raw = yield* Effect.either(get(instance, `/block/${hash}/raw`, bytes))
-        if (raw._tag === "Right") return yield* fromRaw(raw.right, hash, height)
-        if (!(raw.left instanceof EsploraStatus && noRoute.has(raw.left.status))) return yield* raw.left
-        // "Not found" from an instance that has the block means it serves no raw blocks; else
-        // the block is unknown here and the summary's failure is the answer.
-        const block = yield* summary(instance, hash)
-        yield* Ref.set(instance.rawBlocks, false)
-        yield* Effect.logInfo("Esplora endpoint serves no raw blocks; reading blocks by pages of transactions").pipe(
-          Effect.annotateLogs({ chain: "bitcoin", endpoint: new URL(instance.base).host, status: raw.left.status })
+      get(instance, `/block/${hash}/raw`, bytes).pipe(
+        Effect.flatMap((raw) => fromRaw(raw, hash, height)),
+        Effect.catchIf(
+          (error): error is EsploraStatus => error instanceof EsploraStatus && noRoute.has(error.status),
+          (error) =>
+            // "Not found" from an instance that has the block: it serves no raw blocks. Else the
+            // block is unknown here, and the summary's failure is the answer.
+            get(instance, `/block/${hash}`, text).pipe(
+              Effect.flatMap(() =>
+                unavailable(
+                  `Esplora instance serves no raw blocks (HTTP ${error.status} for /block/${hash}/raw); ` +
+                    "a block is read only whole, to check its transactions against its header"
+                )
+              )
+            )
         )
-        return yield* fromPages(instance, block)
-      })
+      )
 
     const client: BitcoinClient = {
       backend: "esplora",

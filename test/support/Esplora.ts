@@ -3,7 +3,7 @@
  * P2WPKH, P2TR, P2PKH and P2SH outputs, coinbases with an OP_RETURN output, regtest proof of
  * work, merkle roots), served over HTTP in Esplora's REST format: `/blocks/tip/height`,
  * `/blocks/tip/hash`, `/block-height/:h`, `/block/:hash`, `/block/:hash/header`,
- * `/block/:hash/raw` (when offered) and `/block/:hash/txs/:start` (25 a page). Several servers
+ * and `/block/:hash/raw` (when offered). Several servers
  * may serve one chain. Each counts what it was asked, and can answer 429 with `Retry-After`.
  */
 import { address as btcAddress, Block, Transaction } from "bitcoinjs-lib"
@@ -21,8 +21,6 @@ interface Mined {
   readonly block: Block
   readonly hash: string
   readonly height: number
-  /** Per transaction, per output: the address it pays, as Esplora names it. */
-  readonly addresses: ReadonlyArray<ReadonlyArray<string | undefined>>
 }
 
 /** The output script paying `address`: from the address's own encoding, not from a script decoder. */
@@ -80,7 +78,7 @@ export const makeEsploraChain = (
   genesis: BitcoinNetwork | "signet" = params.network
 ): EsploraChain => {
   const first = genesisOf(genesis)
-  const blocks: Array<Mined> = [{ block: first, hash: first.getId(), height: 0, addresses: [[undefined]] }]
+  const blocks: Array<Mined> = [{ block: first, hash: first.getId(), height: 0 }]
   const miner = freshAddresses(params).segwit()
   const mine: EsploraChain["mine"] = (txs = []) => {
     const height = blocks.length
@@ -91,7 +89,6 @@ export const makeEsploraChain = (
     coinbase.addInput(new Uint8Array(32), 0xffffffff, 0xffffffff, Uint8Array.from(heightPush))
     coinbase.setWitness(0, [new Uint8Array(32)])
     coinbase.addOutput(outputScript(miner, params), 5_000_000_000n)
-    const addresses: Array<Array<string | undefined>> = [[miner, undefined]]
     const transactions = [coinbase]
     for (const payees of txs) {
       const tx = new Transaction()
@@ -99,7 +96,6 @@ export const makeEsploraChain = (
       tx.addInput(randomBytes(32), 0, 0xfffffffd)
       tx.setWitness(0, [randomBytes(71), randomBytes(33)])
       for (const payee of payees) tx.addOutput(outputScript(payee.address, params), payee.value)
-      addresses.push(payees.map((payee) => payee.address))
       transactions.push(tx)
     }
     // The witness commitment (an OP_RETURN output, so one without an address).
@@ -114,52 +110,12 @@ export const makeEsploraChain = (
     block.transactions = transactions
     block.merkleRoot = Block.calculateMerkleRoot(transactions)
     while (!block.checkProofOfWork()) block.nonce += 1
-    const mined = { block, hash: block.getId(), height, addresses }
+    const mined = { block, hash: block.getId(), height }
     blocks.push(mined)
     return { hash: mined.hash, height, txids: transactions.map((tx) => tx.getId()) }
   }
   for (let i = 1; i < start; i++) mine()
   return { mine, blocks: () => blocks }
-}
-
-const scriptType = (script: Uint8Array): string =>
-  script[0] === 0x6a ? "op_return"
-  : script[0] === 0x76 ? "p2pkh"
-  : script[0] === 0xa9 ? "p2sh"
-  : script[0] === 0 ? (script.length === 22 ? "v0_p2wpkh" : "v0_p2wsh")
-  : script[0] === 0x51 ? "v1_p2tr"
-  : "unknown"
-
-/** A transaction as Esplora's `/block/:hash/txs/:start` lists it. */
-const txJson = (mined: Mined, index: number) => {
-  const tx = mined.block.transactions![index]!
-  return {
-    txid: tx.getId(),
-    version: tx.version,
-    locktime: tx.locktime,
-    vin: tx.ins.map((input) => ({
-      txid: hexOf(Uint8Array.from(input.hash).reverse()),
-      vout: input.index,
-      prevout: null,
-      scriptsig: hexOf(input.script),
-      witness: input.witness.map(hexOf),
-      is_coinbase: index === 0,
-      sequence: input.sequence
-    })),
-    vout: tx.outs.map((out, n) => {
-      const address = mined.addresses[index]?.[n]
-      return {
-        scriptpubkey: hexOf(out.script),
-        scriptpubkey_type: scriptType(out.script),
-        ...(address === undefined ? {} : { scriptpubkey_address: address }),
-        value: Number(out.value)
-      }
-    }),
-    size: tx.byteLength(),
-    weight: tx.weight(),
-    fee: 0,
-    status: { confirmed: true, block_height: mined.height, block_hash: mined.hash, block_time: mined.block.timestamp }
-  }
 }
 
 const blockJson = (mined: Mined) => ({
@@ -227,11 +183,7 @@ export const serveEsplora = (chain: EsploraChain, options: { readonly raw: boole
         if (rest === "") return json(blockJson(mined))
         if (rest === "/header") return answer(200, hexOf(mined.block.toBuffer(true)))
         if (rest === "/raw" && options.raw) return answer(200, mined.block.toBuffer())
-        const page = /^\/txs\/(\d+)$/.exec(rest)
-        const start = page === null ? Number.NaN : Number(page[1])
-        const count = mined.block.transactions!.length
-        if (Number.isNaN(start) || start % 25 !== 0 || start >= count) return answer(404, "Not Found")
-        return json(Array.from({ length: Math.min(25, count - start) }, (_, i) => txJson(mined, start + i)))
+        return answer(404, "Not Found")
       })
       server.listen(0, "127.0.0.1", () => {
         const address = server.address()
