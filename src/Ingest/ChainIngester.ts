@@ -53,6 +53,7 @@ import { IngesterRegistry, ingesterFiberName } from "./IngesterRegistry.ts"
 import {
   forkCheckDue,
   heightsToFetch,
+  headersToKeep,
   linkedLength,
   type LoopState,
   nextBlockPending,
@@ -161,7 +162,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
         const { record, to } = reorgOf({ chain, orphaned, ancestor, next: state.next })
         const details = { fromNumber: String(record.fromNumber), depth: orphaned.length }
         if (record.commonAncestor === null) {
-          yield* Effect.logError(`reorg deeper than the ${settings.reorgDepth} kept headers; continuing unchecked`)
+          yield* Effect.logError("reorg deeper than the kept headers; continuing unchecked")
             .pipe(Effect.annotateLogs(details))
         } else {
           yield* Effect.logWarning("reorg").pipe(Effect.annotateLogs(details))
@@ -218,7 +219,12 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
               eventLog,
               extending.flatMap((block) => blockRecords(block, { finalized: Option.getOrUndefined(finalized) }))
             )),
-            cursors.advance(chain, refs, settings.reorgDepth)
+            cursors.advance(chain, refs, headersToKeep({
+              reorgDepth: settings.reorgDepth,
+              newest: ref.number,
+              finality: chain !== "bitcoin",
+              finalized: Option.getOrUndefined(finalized)
+            }))
           )).pipe(
             // Each run starts its own trace: the one its blocks' consumers continue.
             Effect.withSpan("ChainIngester.ingest", {

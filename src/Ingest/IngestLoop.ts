@@ -110,6 +110,26 @@ export const linkedLength = (
   return run.length
 }
 
+/** The most headers kept for a chain whose node tells no finalized block (or not yet). */
+export const maxKeptHeaders = 100_000
+
+/**
+ * How many of the newest headers to keep after publishing up to `newest`: `REORG_DEPTH`, and on
+ * a chain with finality every one above the node's finalized block (every one, up to
+ * `maxKeptHeaders`, while that is unknown), so that a reorg of a block a payment waits on to be
+ * final is followed to its common ancestor, however long the chain takes to finalize.
+ */
+export const headersToKeep = (options: {
+  readonly reorgDepth: number
+  readonly newest: bigint
+  readonly finality: boolean
+  readonly finalized: bigint | undefined
+}): number => {
+  if (!options.finality) return options.reorgDepth
+  const unfinal = options.finalized === undefined ? maxKeptHeaders : Number(options.newest - options.finalized) + 1
+  return Math.max(options.reorgDepth, Math.min(maxKeptHeaders, unfinal))
+}
+
 /**
  * The reorg found by walking back over the kept headers: `orphaned` (oldest first) are not on
  * the node's chain, `ancestor` is the newest kept header that is (null: none is, the fork is

@@ -207,6 +207,26 @@ describe.each(logKinds)("ChainIngester on anvil through the %s EventLog", (kind)
       expect(reorgs[0]!.type === "reorg" && reorgs[0]!.orphaned.length).toBe(100)
     }))
 
+  it.scopedLive("a reorg deeper than REORG_DEPTH but above the finalized block is followed to its common ancestor: a payment waiting for finality is not left on an orphaned block", () =>
+    Effect.gen(function*() {
+      const { database, eventLog, node, seen, test, wallet } = yield* onOwnAnvil(kind)
+      const registry = yield* startIngesters(eventLog, env(database.url, node.url, { START_BLOCK_ETHEREUM: "0", REORG_DEPTH: "5" }))
+      yield* Effect.promise(() => test.mine({ blocks: 150 }))
+      yield* statusUntil(registry, "ethereum", (s) => s.lastPublished?.number === 150n, 60)
+      // anvil's finalized block is 64 below its head: 86.
+      const finalized = yield* rpc(node.url, "eth_getBlockByNumber", ["finalized", false])
+      expect(BigInt((finalized as { number: string }).number)).toBe(86n)
+      const ancestor = yield* blockHashAt(node.url, 130n)
+
+      const to = privateKeyToAccount(generatePrivateKey()).address.toLowerCase()
+      yield* rpc(node.url, "anvil_reorg", [20, [[{ from: wallet.account.address, to, value: "0x2a" }, 0]]])
+      yield* statusUntil(registry, "ethereum", (s) => s.reorgs === 1 && s.lastPublished?.number === 150n, 60)
+      const messages = yield* until(Ref.get(seen), (all) => all.some((m) => m.type === "reorg"))
+      const reorgs = messages.filter((m) => m.type === "reorg")
+      expect(reorgs).toHaveLength(1)
+      expect(reorgs[0]).toMatchObject({ fromNumber: 131n, commonAncestor: { number: 130n, hash: ancestor } })
+    }))
+
   it.scopedLive("a chain's first run that reached the log before its cursor was written is published again from its first block, skipping none the node made meanwhile", () =>
     Effect.gen(function*() {
       const { database, eventLog, node, seen, test } = yield* onOwnAnvil(kind)

@@ -3,7 +3,9 @@ import { describe, expect, it } from "@effect/vitest"
 import { FastCheck as fc } from "effect"
 import type { BlockRef } from "../../src/Ingest/BlockMessage.ts"
 import {
+  headersToKeep,
   heightsToFetch,
+  maxKeptHeaders,
   type LoopState,
   nodeAhead,
   nodeBehind,
@@ -149,6 +151,31 @@ describe("the ingester loop", () => {
         if (state.tip !== null) expect(state.next).toBe(state.tip.number + 1n)
         if (e._tag !== "published") expect(state.newestBlockMs).toBe(before.newestBlockMs)
       }
+    }
+  )
+
+  it("headers are kept down to the finalized block (a reorg of any block not final has its ancestor), at least REORG_DEPTH", () => {
+    const keep = (finalized: bigint | undefined, finality = true) =>
+      headersToKeep({ reorgDepth: 5, newest: 150n, finality, finalized })
+    // Blocks 86 (finalized, the ancestor of any reorg above it) to 150.
+    expect(keep(86n)).toBe(65)
+    expect(keep(148n)).toBe(5)
+    expect(keep(undefined)).toBe(maxKeptHeaders)
+    expect(keep(0n)).toBe(151)
+    expect(keep(86n, false)).toBe(5)
+    expect(headersToKeep({ reorgDepth: 5, newest: 10n ** 9n, finality: true, finalized: 0n })).toBe(maxKeptHeaders)
+  })
+
+  it.prop(
+    "kept headers reach the finalized block within the bound, and never fewer than REORG_DEPTH",
+    [fc.integer({ min: 1, max: 1000 }), fc.bigInt({ min: 0n, max: 10n ** 7n }), fc.bigInt({ min: 0n, max: 10n ** 7n })],
+    ([reorgDepth, newest, behind]) => {
+      const finalized = newest - (behind > newest ? newest : behind)
+      const kept = headersToKeep({ reorgDepth, newest, finality: true, finalized })
+      expect(kept).toBeGreaterThanOrEqual(reorgDepth)
+      expect(kept).toBeLessThanOrEqual(Math.max(reorgDepth, maxKeptHeaders))
+      // The oldest kept header (newest - kept + 1) is at or below the finalized one, unless bounded.
+      if (kept < maxKeptHeaders) expect(newest - BigInt(kept) + 1n <= finalized).toBe(true)
     }
   )
 })
