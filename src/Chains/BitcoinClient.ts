@@ -64,16 +64,24 @@ export const decodeBody = <A, I>(schema: Schema.Schema<A, I>, what: string) => {
     )
 }
 
-/** Exact satoshis of a BTC amount written as a JSON number (`0.0001`, `50`, `1e-8`). */
+/** Bitcoin's MAX_MONEY: no output can hold more (21 million BTC). */
+const maxSatoshis = 21_000_000n * 100_000_000n
+
+/**
+ * Exact satoshis of a BTC amount written as a JSON number (`0.0001`, `50`, `1e-8`); none for a
+ * fraction of a satoshi or more than MAX_MONEY, and for a number too long to be an amount
+ * (`1e999999999` would otherwise be computed before it is refused).
+ */
 export const btcToSatoshis = (text: string): Option.Option<bigint> => {
-  const match = /^(\d+)(?:\.(\d+))?(?:[eE]([-+]?\d+))?$/.exec(text)
+  const match = /^(\d{1,40})(?:\.(\d{1,40}))?(?:[eE]([-+]?\d{1,3}))?$/.exec(text)
   if (match === null) return Option.none()
   const fraction = match[2] ?? ""
   const digits = BigInt(match[1] + fraction)
   const shift = Number(match[3] ?? "0") - fraction.length + 8
-  if (shift >= 0) return Option.some(digits * 10n ** BigInt(shift))
-  const unit = 10n ** BigInt(-shift)
-  return digits % unit === 0n ? Option.some(digits / unit) : Option.none()
+  const unit = 10n ** BigInt(Math.abs(shift))
+  if (shift < 0 && digits % unit !== 0n) return Option.none()
+  const satoshis = shift >= 0 ? digits * unit : digits / unit
+  return satoshis <= maxSatoshis ? Option.some(satoshis) : Option.none()
 }
 
 /** A BTC decimal string decoded to satoshis; fails on fractions of a satoshi. */

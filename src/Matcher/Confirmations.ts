@@ -14,7 +14,8 @@ export const ConfirmationsRequired = Config.integer("CONFIRMATIONS_REQUIRED").pi
 
 /**
  * The default threshold of each chain: `CONFIRMATIONS_REQUIRED_<CHAIN>`, else the contract's
- * `CONFIRMATIONS_REQUIRED`; each between 1 and the chain's `maxConfirmations`.
+ * `CONFIRMATIONS_REQUIRED` lowered to the chain's `maxConfirmations` (a global 200 leaves bitcoin
+ * at 144, documented); one set for the chain must be between 1 and that maximum.
  */
 export const ChainConfirmationsRequired: Config.Config<Readonly<Record<ChainName, number>>> = Config.all([
   ConfirmationsRequired,

@@ -112,6 +112,11 @@ describe("bitcoin amounts and outputs", () => {
     expect(btcToSatoshis("1e-8")).toEqual(Option.some(1n))
     expect(btcToSatoshis("1.234e-5")).toEqual(Option.some(1_234n))
     expect(btcToSatoshis("1.2345e-5")).toEqual(Option.none())
+    // Nothing above MAX_MONEY, and no number too long to be an amount is computed.
+    expect(btcToSatoshis("21000000")).toEqual(Option.some(2_100_000_000_000_000n))
+    expect(btcToSatoshis("21000000.00000001")).toEqual(Option.none())
+    expect(btcToSatoshis("1e30")).toEqual(Option.none())
+    expect(btcToSatoshis("1e999999999")).toEqual(Option.none())
     expect(btcToSatoshis("20999999.9769")).toEqual(Option.some(2_099_999_997_690_000n))
     expect(btcToSatoshis("0.1")).toEqual(Option.some(10_000_000n))
     expect(btcToSatoshis("1.5e-9")).toEqual(Option.none())
