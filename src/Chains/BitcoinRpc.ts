@@ -8,6 +8,7 @@ import {
   type BitcoinClient,
   Btc,
   decodeBody,
+  genesisHashes,
   nullHash,
   send,
   splitCredentials,
@@ -102,16 +103,40 @@ export const makeBitcoinRpc = (
               ))
           ))
 
+    // The node's network, checked by its genesis block before anything else is asked, as an
+    // Esplora instance's: a node of another network (a testnet node behind a mainnet setting)
+    // would have its outputs read with this network's address encodings, so its worthless
+    // coins sent to the hash of a merchant's address would pay. Kept once known either way.
+    /** Known once the node answered: none when it is on the configured network, else why not. */
+    const refusal = yield* Ref.make(Option.none<Option.Option<string>>())
+    const refused = Option.match({ onNone: () => Effect.void, onSome: (why: string) => Effect.fail(unavailable(why)) })
+    const onNetwork = Effect.flatMap(Ref.get(refusal), Option.match({
+      onSome: refused,
+      onNone: () =>
+        call("getblockhash", [0], Schema.String).pipe(
+          Effect.mapError(rpcFailure),
+          Effect.map((genesis) =>
+            genesisHashes[params.network].includes(genesis)
+              ? Option.none<string>()
+              : Option.some(`bitcoin RPC node is on another network: genesis block ${genesis} is not ${params.network}'s`)
+          ),
+          Effect.tap((verdict) => Ref.set(refusal, Option.some(verdict))),
+          Effect.flatMap(refused)
+        )
+    }))
+
     return {
       backend: "rpc",
-      tipHeight: call("getblockcount", [], Schema.Int).pipe(
+      tipHeight: onNetwork.pipe(
+        Effect.zipRight(call("getblockcount", [], Schema.Int)),
         Effect.map(BigInt),
         Effect.mapError(rpcFailure)
       ),
       blockHash: (height) =>
-        call("getblockhash", [Number(height)], Schema.String).pipe(Effect.mapError(rpcFailure)),
+        onNetwork.pipe(Effect.zipRight(call("getblockhash", [Number(height)], Schema.String)), Effect.mapError(rpcFailure)),
       block: (hash) =>
-        getBlock(hash).pipe(
+        onNetwork.pipe(
+          Effect.zipRight(getBlock(hash)),
           Effect.map((block) => ({
             chain: "bitcoin" as const,
             number: BigInt(block.height),
@@ -122,7 +147,10 @@ export const makeBitcoinRpc = (
               transfersOfTx(
                 tx.txid,
                 index,
-                tx.vout.map((out) => ({ address: scriptAddress(Buffer.from(out.scriptPubKey.hex, "hex"), params), value: out.value }))
+                tx.vout.map((out) => ({
+                  address: scriptAddress(Buffer.from(out.scriptPubKey.hex, "hex"), params),
+                  value: out.value
+                }))
               )
             )
           })),

@@ -285,6 +285,17 @@ describe("ChainClients on the bitcoin regtest node", () => {
           .toEqual([[payee, 70_000n]])
       }).pipe(withClients(env))
     }))
+  it.live("a node of another network than BITCOIN_NETWORK is refused before any block is read from it, and stays refused", () =>
+    Effect.gen(function*() {
+      const env = yield* engineEnv
+      yield* Effect.gen(function*() {
+        const clients = yield* ChainClients
+        const refused = yield* Effect.flip(clients.head("bitcoin"))
+        expect(refused.message).toContain("bitcoin RPC node is on another network")
+        expect(refused.message).toContain("0f9188f13cb7b2c71f2a335e3a4fc328bf5beb436012afca590b1a11466e2206")
+        expect((yield* Effect.flip(clients.block("bitcoin", 1n))).message).toContain("on another network")
+      }).pipe(withClients({ ...env, BITCOIN_NETWORK: "mainnet", BITCOIN_BECH32_PREFIX: "bc", BITCOIN_PUBKEYHASH_VERSION: "0", BITCOIN_SCRIPTHASH_VERSION: "5" }))
+    }))
 })
 
 describe("ChainClients failures", () => {
