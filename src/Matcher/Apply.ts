@@ -77,6 +77,8 @@ export interface ApplyOutcome {
   readonly orphaned: number
   /** PAID payments whose transaction was orphaned (each gets a `payment.reorged` event). */
   readonly paymentsReorged: number
+  /** Heights between the cursor and this block that never reached the matcher. */
+  readonly missing: number
   /** Every state change, to be logged once the transaction has committed. */
   readonly changes: ReadonlyArray<StateChange>
 }
@@ -143,6 +145,7 @@ const skipped = (chain: ChainName, type: "block" | "reorg", number: bigint, tran
   challengesConfirmed: 0,
   orphaned: 0,
   paymentsReorged: 0,
+  missing: 0,
   changes: []
 })
 
@@ -175,6 +178,12 @@ export const makeApply = Effect.gen(function*() {
         yield* Effect.logWarning("block orphaned by the last reorg delivered again; skipped")
           .pipe(Effect.annotateLogs({ blockHash: block.hash }))
         return skipped(block.chain, "block", block.number, block.transfers.length)
+      }
+      // A cursor at -1 has applied nothing: the chain's first block may be any.
+      const missing = cursorNumber >= 0n ? block.number - cursorNumber - 1n : 0n
+      if (missing > 0n) {
+        yield* Effect.logError("blocks never reached the matcher: their transfers are not counted")
+          .pipe(Effect.annotateLogs({ from: String(cursorNumber + 1n), to: String(block.number - 1n) }))
       }
       if (block.number === cursorNumber + 1n && cursor.hash !== null && cursor.hash !== block.parentHash) {
         yield* Effect.logWarning("block does not extend the applied chain and no reorg record came first")
@@ -214,6 +223,7 @@ export const makeApply = Effect.gen(function*() {
         challengesConfirmed: donations.length - intents,
         orphaned: 0,
         paymentsReorged: 0,
+        missing: Number(missing),
         changes: [
           ...completed.map((row): StateChange => ({ kind: "payment", id: row.id, change: "detected", txHash: row.txHash })),
           ...donations.map((row): StateChange => ({
@@ -290,6 +300,7 @@ export const makeApply = Effect.gen(function*() {
         challengesConfirmed: 0,
         orphaned: orphaned.length,
         paymentsReorged: reorged.length,
+        missing: 0,
         changes: orphaned.map((row): StateChange => ({
           kind: row.kind,
           id: row.id,

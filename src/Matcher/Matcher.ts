@@ -37,6 +37,8 @@ export interface MatcherStatus {
   readonly challengesConfirmed: number
   readonly reorgs: number
   readonly paymentsReorged: number
+  /** Heights that never reached the matcher (a lost block: logged as an error when found). */
+  readonly blocksMissing: number
   /** Consumer failures that made it back off and subscribe again. */
   readonly failures: number
   readonly lastError: string | null
@@ -56,6 +58,7 @@ const initialStatus = (chain: ChainName, now: DateTime.Utc): MatcherStatus => ({
   challengesConfirmed: 0,
   reorgs: 0,
   paymentsReorged: 0,
+  blocksMissing: 0,
   failures: 0,
   lastError: null,
   updatedAt: now
@@ -116,7 +119,8 @@ export class Matcher extends Effect.Service<Matcher>()("confirmd/Matcher", {
         intentsConfirmed: s.intentsConfirmed + outcome.intentsConfirmed,
         challengesConfirmed: s.challengesConfirmed + outcome.challengesConfirmed,
         reorgs: s.reorgs + (outcome.applied && outcome.type === "reorg" ? 1 : 0),
-        paymentsReorged: s.paymentsReorged + outcome.paymentsReorged
+        paymentsReorged: s.paymentsReorged + outcome.paymentsReorged,
+        blocksMissing: s.blocksMissing + outcome.missing
       }))
 
     /** Marks the chains as backing off after a consumer failure. */

@@ -339,6 +339,7 @@ export const snapshotFamilies = (snapshot: Snapshot): ReadonlyArray<Family> => {
     matcher("confirmd_matcher_payments_paid_total", "Payments that reached the confirmation threshold", (m) => m.paymentsPaid),
     matcher("confirmd_matcher_reorgs_total", "Reorg records the matcher applied", (m) => m.reorgs),
     matcher("confirmd_matcher_payments_reorged_total", "PAID payments whose block was orphaned", (m) => m.paymentsReorged),
+    matcher("confirmd_matcher_blocks_missing_total", "Heights that never reached the matcher (lost blocks)", (m) => m.blocksMissing),
     matcher("confirmd_matcher_failures_total", "Matcher consumer failures followed by a new subscription", (m) => m.failures)
   )
   const outbox = snapshot.outbox

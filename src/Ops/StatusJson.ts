@@ -117,6 +117,7 @@ export const toJson = (snapshot: Snapshot) => {
       payments_paid: m.paymentsPaid,
       reorgs: m.reorgs,
       payments_reorged: m.paymentsReorged,
+      blocks_missing: m.blocksMissing,
       failures: m.failures,
       last_error: m.lastError
     })),

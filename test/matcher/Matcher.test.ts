@@ -235,6 +235,20 @@ for (const kind of logKinds) {
         expect(yield* status(h, w)).toMatchObject({ status: "PAID", tx_hash: tx })
       }).pipe(Effect.scoped))
 
+    it.live("heights that never reached the matcher are counted for operators", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(kind)
+        const w = yield* createPayment(h)
+        const n = above(w.startBlock)
+        const missing = Effect.map(h.matcher.statuses, (s) => s.get("ethereum")?.blocksMissing ?? 0)
+        yield* h.publish(block("ethereum", n, []))
+        yield* h.settled("ethereum")
+        const before = yield* missing
+        yield* h.publish(block("ethereum", n + 1n, []), block("ethereum", n + 4n, [], { parentFork: "lost" }))
+        yield* h.settled("ethereum")
+        expect((yield* missing) - before).toBe(2)
+      }).pipe(Effect.scoped))
+
     it.live("a reorg after PAID keeps PAID and emits payment.reorged", () =>
       Effect.gen(function*() {
         const h = yield* makeHarness(kind)
