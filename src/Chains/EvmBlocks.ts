@@ -64,9 +64,28 @@ export interface BlockReading {
 /** How long a reading without traces stands, in `auto` mode, before the node is asked again. */
 export const reprobeWithoutTraces = Duration.minutes(10)
 
+/**
+ * Chains whose call traces are not geth's call tracer's, read without them (`off`, the only
+ * value allowed). zkSync Era's: every transaction runs under a bootloader frame and sends its
+ * value through a MsgValueSimulator frame that repeats it (a transfer would count twice), and
+ * a reverted frame is marked by `revertReason`, its `error` left null. Its internal
+ * transfers are therefore not seen: a payment is paid by a transaction's own value or a token
+ * transfer.
+ */
+const untraceable: ReadonlySet<ChainName> = new Set(["zksync"])
+
 export const tracesSettingConfig = (chain: ChainName): Config.Config<TracesSetting> => {
   const name = `TRACES_${chain.toUpperCase()}`
-  return Config.literal("auto", "on", "off")(name).pipe(Config.withDefault("auto" as const))
+  const setting = Config.literal("auto", "on", "off")(name)
+  return untraceable.has(chain)
+    ? setting.pipe(
+      Config.withDefault("off" as const),
+      Config.validate({
+        message: `${name} must be off: ${chain}'s call traces repeat a transaction's value in frames of its own, so a transfer would count twice`,
+        validation: (value) => value === "off"
+      })
+    )
+    : setting.pipe(Config.withDefault("auto" as const))
 }
 
 export interface BlockReader {

@@ -1,6 +1,7 @@
 // The pure part of reading EVM blocks: receipts, call traces in both formats, token logs.
 import { describe, expect, it } from "@effect/vitest"
-import { FastCheck } from "effect"
+import { ConfigProvider, Effect, Either, FastCheck } from "effect"
+import { tracesSettingConfig } from "../../src/Chains/EvmBlocks.ts"
 import { internalFromCallFrames, internalFromParityTraces, settledTransfers, transferTopic } from "../../src/Chains/EvmSettlement.ts"
 import type { CallFrame, ParityTrace } from "../../src/Chains/EvmWire.ts"
 
@@ -163,4 +164,20 @@ describe("settled transfers", () => {
       expect(transfers.length).toBe(succeeded.length * 2 + succeeded.filter((tx) => tx.value > 0n).length)
     }
   )
+})
+
+describe("TRACES_<CHAIN>", () => {
+  const setting = (chain: "ethereum" | "zksync", env: Record<string, string>) =>
+    Effect.runSync(Effect.either(Effect.withConfigProvider(tracesSettingConfig(chain), ConfigProvider.fromJson(env))))
+
+  it("zkSync is read without traces, whose frames repeat a transaction's value; asking for them is a configuration error", () => {
+    expect(setting("zksync", {})).toEqual(Either.right("off"))
+    expect(setting("zksync", { TRACES_ZKSYNC: "off" })).toEqual(Either.right("off"))
+    for (const value of ["auto", "on"]) {
+      const refused = setting("zksync", { TRACES_ZKSYNC: value })
+      expect(Either.isLeft(refused) && String(refused.left)).toContain("TRACES_ZKSYNC must be off")
+    }
+    expect(setting("ethereum", {})).toEqual(Either.right("auto"))
+    expect(setting("ethereum", { TRACES_ETHEREUM: "on" })).toEqual(Either.right("on"))
+  })
 })
