@@ -14,8 +14,10 @@ export const Asset = Schema.Literal("native", "USDC", "USDT")
 export type Asset = typeof Asset.Type
 
 /**
- * The issuers' contracts: Circle's native USDC, Tether's USDT (USDT0 on Arbitrum and
- * Optimism). On BNB Chain both are Binance's pegged tokens, the chain's canonical ones, with
+ * The issuers' contracts: Circle's native USDC, Tether's USDT (USDT0 on Arbitrum, Optimism and
+ * Polygon; on Optimism a contract of its own, beside the older bridged USDT at
+ * 0x94b0…8e58, which `TOKEN_OPTIMISM_USDT` can name instead). On BNB Chain both are Binance's
+ * pegged tokens, the chain's canonical ones, with
  * 18 decimals. Bitcoin has no tokens; chains without an entry have no official deployment
  * of that token. Each is overridable by `TOKEN_<CHAIN>_<SYMBOL>`.
  */
@@ -32,7 +34,7 @@ export const officialTokens: Readonly<Record<ChainName, Partial<Readonly<Record<
   },
   optimism: {
     USDC: "0x0b2c639c533813f4aa9d7837caf62653d097ff85",
-    USDT: "0x94b008aa00579c1307b0ef2c499ad98a8ce58e58"
+    USDT: "0x01bff41798a0bcf287b996046ca68b395dbc1071"
   },
   polygon: {
     USDC: "0x3c499c542cef5e3811e1192ce70d8cc03d5c3359",

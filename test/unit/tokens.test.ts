@@ -6,7 +6,7 @@ import { tokenDecimals } from "../../src/Domain/Asset.ts"
 
 const load = (env: Record<string, string>) =>
   Effect.exit(
-    chainTokensConfig(["bitcoin", "ethereum", "base", "bnb"]).pipe(
+    chainTokensConfig(["bitcoin", "ethereum", "base", "bnb", "optimism"]).pipe(
       Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
     )
   )
@@ -22,6 +22,8 @@ describe("stablecoin configuration", () => {
       expect(tokens.get("ethereum")?.get("USDT")?.contract).toBe("0xdac17f958d2ee523a2206206994597c13d831ec7")
       expect(tokens.get("base")?.has("USDT")).toBe(false)
       expect(tokens.get("bnb")?.get("USDT")?.decimals).toBe(18)
+      // Tether's USDT0 on Optimism, not the older bridged token.
+      expect(tokens.get("optimism")?.get("USDT")?.contract).toBe("0x01bff41798a0bcf287b996046ca68b395dbc1071")
       expect(tokenDecimals("bnb")).toBe(18)
       expect(tokenDecimals("polygon")).toBe(6)
     }))
