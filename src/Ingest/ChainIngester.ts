@@ -17,10 +17,11 @@
  * on that chain then wait. A failed ask leaves that poll's records without it.
  *
  * Reorgs: each block's parentHash is checked against the cursor. On a mismatch the ingester
- * walks back over its kept headers (`REORG_DEPTH`), comparing each with the node's hash at
- * that height, to the common ancestor; it publishes one `reorg` record, forgets the
- * orphaned headers and goes on from ancestor + 1. When no kept header is on the node's
- * chain (a fork deeper than `REORG_DEPTH`), it logs an error, publishes a reorg from the
+ * walks back over its kept headers (`REORG_DEPTH`, and on EVM chains every one down to the
+ * node's finalized block: `headersToKeep`), comparing each with the node's hash at that
+ * height, to the common ancestor; it publishes one `reorg` record, forgets the orphaned
+ * headers and goes on from ancestor + 1. When no kept header is on the node's chain (a fork
+ * deeper than the kept headers), it logs an error, publishes a reorg from the
  * oldest kept header with no common ancestor and continues from there unchecked.
  *
  * A node whose head is not above the cursor (caught up; or lagging, resyncing, restarted

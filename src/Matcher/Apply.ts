@@ -13,8 +13,8 @@
  *   consumer that lost it mid-batch): it extends the common ancestor as the new chain's block
  *   does, and applying it would skip that one. The same block published after the reorg record
  *   is the chain come back to it, and applied;
- * - a reorg record from before the last one applied in the log, or published again, is skipped
- *   (`isRedelivered`);
+ * - a reorg record applied already (the last or one of the 16 before it), or published again,
+ *   is skipped (`isRedelivered`);
  * - state moves are guarded by the current state, outbox rows collide on their event id.
  *
  * Decisions where the API contract is silent (docs/decisions.md):
@@ -101,16 +101,15 @@ export const reorgKey = (record: ReorgRecord): string =>
   `${record.fromNumber}:${record.orphaned.at(-1)?.hash ?? "-"}:${record.commonAncestor?.hash ?? "-"}`
 
 /**
- * Whether a reorg record was applied already, or is older than one that was: it comes from
- * before the last applied reorg in the log (a second reader, a consumer that lost its
- * partition), or is like that one (`reorgKey`) and published again (an ingester that stopped
- * before moving its cursor). One like it is a new reorg when the chain came back since to the
- * block it orphaned (endpoints that disagree can show one fork twice): its transfers leave the
- * sums again.
+ * Whether a reorg record was applied already (`applied`: it is one of the remembered ones, by
+ * its position in the log and a block it orphans; a second reader, a consumer that lost its
+ * partition), or is like the last one applied (`reorgKey`) and published again (an ingester
+ * that stopped before moving its cursor). One like the last is a new reorg when the chain came
+ * back since to the block it orphaned (endpoints that disagree can show one fork twice): its
+ * transfers leave the sums again.
  */
-export const isRedelivered = (cursor: LockedCursor, record: ReorgRecord, offset: bigint | undefined): boolean =>
-  (offset !== undefined && cursor.lastReorgOffset !== null && offset <= cursor.lastReorgOffset) ||
-  (cursor.lastReorg === reorgKey(record) && cursor.hash !== (record.orphaned.at(-1)?.hash ?? null))
+export const isRedelivered = (cursor: LockedCursor, record: ReorgRecord, applied: boolean): boolean =>
+  applied || (cursor.lastReorg === reorgKey(record) && cursor.hash !== (record.orphaned.at(-1)?.hash ?? null))
 
 /** The newer of two finalized heights (null: unknown); a block never moves it backwards. */
 export const newerFinalized = (stored: bigint | null, reported: bigint | undefined): bigint | null =>
@@ -175,7 +174,7 @@ export const makeApply = Effect.gen(function*() {
         return skipped(block.chain, "block", block.number, block.transfers.length)
       }
       if (read.orphanedCopy) {
-        yield* Effect.logWarning("block orphaned by the last reorg delivered again; skipped")
+        yield* Effect.logWarning("block orphaned by an applied reorg delivered again; skipped")
           .pipe(Effect.annotateLogs({ blockHash: block.hash }))
         return skipped(block.chain, "block", block.number, block.transfers.length)
       }
@@ -239,11 +238,14 @@ export const makeApply = Effect.gen(function*() {
 
   const applyReorgInTransaction = (record: ReorgRecord, offset: bigint | undefined) =>
     Effect.gen(function*() {
-      const cursor = yield* lockCursor(sql, record.chain)
+      const { cursor, reorgApplied } = yield* lockCursor(sql, record.chain, {
+        offset,
+        newestOrphaned: record.orphaned.at(-1)?.hash
+      })
       const key = reorgKey(record)
       // Nothing applied at or above the fork (or this very record was applied already and
       // the new canonical blocks may have followed): nothing to undo.
-      if (cursor.number < record.fromNumber || isRedelivered(cursor, record, offset)) {
+      if (cursor.number < record.fromNumber || isRedelivered(cursor, record, reorgApplied)) {
         return skipped(record.chain, "reorg", record.fromNumber, 0)
       }
       yield* orphanTransfers(sql, record.chain, record.fromNumber)

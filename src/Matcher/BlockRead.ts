@@ -41,11 +41,12 @@ const CursorJson = Schema.Struct({
   number: Schema.BigInt,
   hash: Schema.NullOr(Schema.String),
   last_reorg: Schema.NullOr(Schema.String),
-  last_reorg_offset: Schema.NullOr(Schema.BigInt),
   finalized: Schema.NullOr(Schema.BigInt)
 })
 
-const decodeCursor = Schema.decodeUnknown(Schema.Tuple(Schema.Struct({ cursor: CursorJson })))
+const decodeCursor = Schema.decodeUnknown(Schema.Tuple(Schema.Struct({
+  cursor: Schema.Struct({ ...CursorJson.fields, reorg_applied: Schema.Boolean })
+})))
 const decodeBlockRead = Schema.decodeUnknown(Schema.Tuple(Schema.Struct({
   read: Schema.Struct({ cursor: CursorJson, orphaned_copy: Schema.Boolean, current: Schema.Boolean, candidates: CandidatesJson })
 })))
@@ -62,8 +63,6 @@ export interface LockedCursor {
   readonly number: bigint
   readonly hash: string | null
   readonly lastReorg: string | null
-  /** The last applied reorg record's position in the log, when known. */
-  readonly lastReorgOffset: bigint | null
   readonly finalized: bigint | null
 }
 
@@ -80,25 +79,42 @@ export interface BlockRead {
   readonly candidates: Candidates
 }
 
-/** Creates the chain's cursor on first use and locks it for the transaction (a reorg's first statement). */
-export const lockCursor = (sql: SqlClient.SqlClient, chain: ChainName) =>
+/**
+ * The applied reorgs remembered with the cursor (the last, when its list is its own, and the 16
+ * before it): the hashes of the blocks each orphaned and its position in the log.
+ */
+const appliedReorgs = `(
+  SELECT last_reorg_orphaned AS r WHERE last_reorg_orphaned->>'key' = last_reorg
+  UNION ALL SELECT jsonb_array_elements(last_reorg_orphaned->'earlier'))`
+
+/**
+ * Creates the chain's cursor on first use and locks it for the transaction (a reorg's first
+ * statement), with whether the reorg record at `record` (its position in the log, the newest
+ * block it orphans) is one of the remembered applied ones: the same position and block, so a
+ * record of a log whose positions started again is not taken for one.
+ */
+export const lockCursor = (
+  sql: SqlClient.SqlClient,
+  chain: ChainName,
+  record: { readonly offset: bigint | undefined; readonly newestOrphaned: string | undefined }
+) =>
   sql`
     INSERT INTO matcher_cursors (chain, number, hash) VALUES (${chain}, -1, NULL)
     ON CONFLICT (chain) DO UPDATE SET chain = EXCLUDED.chain
     RETURNING json_build_object('number', number::text, 'hash', hash, 'last_reorg', last_reorg,
-                                'last_reorg_offset',
-                                CASE WHEN last_reorg_orphaned->>'key' = last_reorg THEN last_reorg_orphaned->>'offset' END,
-                                'finalized', finalized::text) AS cursor`.pipe(
+      'finalized', finalized::text,
+      'reorg_applied', EXISTS (SELECT 1 FROM ${sql.literal(appliedReorgs)} applied
+        WHERE applied.r->>'offset' = ${record.offset === undefined ? null : record.offset.toString()}::text
+          AND applied.r->'hashes' ? ${record.newestOrphaned ?? null}::text)) AS cursor`.pipe(
     // A row of another shape is a bug in this statement, not a database failure.
     Effect.flatMap((rows) => Effect.orDie(decodeCursor(rows))),
-    Effect.map(([{ cursor }]) => lockedCursor(cursor))
+    Effect.map(([{ cursor }]) => ({ cursor: lockedCursor(cursor), reorgApplied: cursor.reorg_applied }))
   )
 
 const lockedCursor = (c: typeof CursorJson.Type): LockedCursor => ({
   number: c.number,
   hash: c.hash,
   lastReorg: c.last_reorg,
-  lastReorgOffset: c.last_reorg_offset,
   finalized: c.finalized
 })
 
@@ -130,12 +146,8 @@ export const readBlock = (
       INSERT INTO matcher_cursors (chain, number, hash) VALUES (${block.chain}, -1, NULL)
       ON CONFLICT (chain) DO UPDATE SET chain = EXCLUDED.chain
       RETURNING number, hash, last_reorg, finalized, updated_at, xmax = 0 AS inserted,
-        CASE WHEN last_reorg_orphaned->>'key' = last_reorg THEN last_reorg_orphaned->>'offset' END AS last_reorg_offset,
         ${offset === undefined ? null : offset.toString()}::numeric IS NOT NULL AND EXISTS (
-          SELECT 1 FROM (
-            SELECT last_reorg_orphaned AS r WHERE last_reorg_orphaned->>'key' = last_reorg
-            UNION ALL SELECT jsonb_array_elements(last_reorg_orphaned->'earlier')
-          ) applied
+          SELECT 1 FROM ${sql.literal(appliedReorgs)} applied
           WHERE applied.r->'hashes' ? ${block.hash}
             AND ${offset === undefined ? null : offset.toString()}::numeric < (applied.r->>'offset')::numeric
         ) AS orphaned_copy
@@ -246,7 +258,7 @@ export const readBlock = (
     seen AS (SELECT number, hash, last_reorg, finalized, updated_at FROM matcher_cursors WHERE chain = ${block.chain})
     SELECT json_build_object(
       'cursor', json_build_object('number', l.number::text, 'hash', l.hash, 'last_reorg', l.last_reorg,
-                                  'last_reorg_offset', l.last_reorg_offset, 'finalized', l.finalized::text),
+                                  'finalized', l.finalized::text),
       'orphaned_copy', l.orphaned_copy,
       'current', l.inserted OR EXISTS (
         SELECT 1 FROM seen s WHERE (s.number, s.hash, s.last_reorg, s.finalized, s.updated_at)

@@ -513,6 +513,33 @@ for (const kind of logKinds) {
         expect((yield* outbox(h, canonicalTo.id)).map((e) => e.type)).toEqual(["payment.paid"])
       }).pipe(Effect.scoped))
 
+    it.live("after the log's positions start again (another event log, a new topic), a reorg at a position an applied one had is applied", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(kind)
+        const w = yield* createPayment(h)
+        const n = above(w.startBlock)
+        // The old log, far along: a reorg at 500,002.
+        yield* h.matcher.applyAll(
+          [
+            block("ethereum", n, []),
+            block("ethereum", n + 1n, []),
+            reorg("ethereum", n + 1n, n + 1n),
+            block("ethereum", n + 1n, [], { fork: "b", parentFork: "a" })
+          ],
+          [],
+          [500_000n, 500_001n, 500_002n, 500_003n]
+        )
+        // The new log from 0: the payer's block, replaced by a reorg at a lower position.
+        const paying = block("ethereum", n + 2n, [{ to: w.address, value: w.amount }], { fork: "b" })
+        const outcomes = yield* h.matcher.applyAll(
+          [paying, reorg("ethereum", n + 2n, n + 2n, "b"), block("ethereum", n + 2n, [], { fork: "c", parentFork: "b" })],
+          [],
+          [0n, 1n, 2n]
+        )
+        expect(outcomes.map((o) => o.applied)).toEqual([true, true, true])
+        expect(yield* status(h, w)).toMatchObject({ status: "PENDING", tx_hash: null, amount_received_wei: "0" })
+      }).pipe(Effect.scoped))
+
     it.live("a bitcoin block stamped before the expiry, after one stamped past it, still pays: the sweeper waits for the chain's time to settle", () =>
       Effect.gen(function*() {
         const h = yield* makeHarness(kind)
