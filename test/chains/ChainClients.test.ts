@@ -190,6 +190,36 @@ describe("ChainClients on anvil", () => {
     }))
 })
 
+/**
+ * Mines 101 blocks to a wallet address (the first coinbase becomes spendable), waits until the
+ * wallet has seen them, then sends `outputs` through the wallet's REST send (which takes an
+ * output list: an address or a raw script, as often as wished) and mines its block. Returns
+ * the transaction's hash and the height of the block holding it.
+ */
+const sendMined = (
+  env: { readonly BITCOIN_RPC_URL: string },
+  wallet: string,
+  outputs: ReadonlyArray<Record<string, unknown>>
+) =>
+  Effect.gen(function*() {
+    const clients = yield* ChainClients
+    const funding = yield* rpc(wallet, "getnewaddress", ["default"], Schema.String)
+    yield* rpc(env.BITCOIN_RPC_URL, "generatetoaddress", [101, funding], Schema.Array(Schema.String))
+    const height = yield* clients.head("bitcoin")
+    // The wallet lists the heights of blocks with its transactions.
+    yield* eventually(
+      httpJson(wallet, "/wallet/primary/block").pipe(
+        Effect.flatMap(Schema.decodeUnknown(Schema.Array(Schema.Number))),
+        Effect.filterOrFail((heights) => heights.includes(Number(height)))
+      )
+    )
+    const sent = yield* httpJson(wallet, "/wallet/primary/send", { rate: 10_000, outputs }).pipe(
+      Effect.flatMap(Schema.decodeUnknown(Schema.Struct({ hash: Schema.String })))
+    )
+    const [mined] = yield* rpc(env.BITCOIN_RPC_URL, "generatetoaddress", [1, funding], Schema.Array(Schema.String))
+    return { txHash: sent.hash, blockHash: mined, height: height + 1n }
+  })
+
 describe("ChainClients on the bitcoin regtest node", () => {
   it.live("head rises by exactly the number of generated blocks", () =>
     Effect.gen(function*() {
@@ -215,41 +245,25 @@ describe("ChainClients on the bitcoin regtest node", () => {
     Effect.gen(function*() {
       const env = yield* engineEnv
       const wallet = yield* Config.string("BITCOIN_WALLET_RPC_URL")
-      const funding = yield* rpc(wallet, "getnewaddress", ["default"], Schema.String)
       const payee = btcAddress.toBech32(randomBytes(20), 0, "rb")
       yield* Effect.gen(function*() {
         const clients = yield* ChainClients
         expect(clients.canonicalAddress("bitcoin", payee.toUpperCase())).toEqual(Either.right(payee))
-        // 100 blocks on top make the first coinbase spendable.
-        yield* rpc(env.BITCOIN_RPC_URL, "generatetoaddress", [101, funding], Schema.Array(Schema.String))
-        const height = yield* clients.head("bitcoin")
-        // Wait until the wallet has seen the last of those blocks (it lists heights with wallet txs).
-        yield* eventually(
-          httpJson(wallet, "/wallet/primary/block").pipe(
-            Effect.flatMap(Schema.decodeUnknown(Schema.Array(Schema.Number))),
-            Effect.filterOrFail((heights) => heights.includes(Number(height)))
-          )
-        )
-        // The wallet's REST send takes an output list, so one address can appear twice.
-        const sent = yield* httpJson(wallet, "/wallet/primary/send", {
-          rate: 10_000,
-          outputs: [{ address: payee, value: 12_345 }, { address: payee, value: 67_891 }]
-        }).pipe(Effect.flatMap(Schema.decodeUnknown(Schema.Struct({ hash: Schema.String }))))
-        const [mined] = yield* rpc(env.BITCOIN_RPC_URL, "generatetoaddress", [1, funding], Schema.Array(Schema.String))
-        const block = yield* clients.block("bitcoin", height + 1n)
-        expect(block.hash).toBe(mined)
+        const sent = yield* sendMined(env, wallet, [{ address: payee, value: 12_345 }, { address: payee, value: 67_891 }])
+        const block = yield* clients.block("bitcoin", sent.height)
+        expect(block.hash).toBe(sent.blockHash)
         const toPayee = block.transfers.filter((t) => t.to === payee)
         expect(toPayee).toEqual([
-          { txHash: sent.hash, to: payee, value: 80_236n, index: expect.any(Number), asset: "native", origin: "transaction" }
+          { txHash: sent.txHash, to: payee, value: 80_236n, index: expect.any(Number), asset: "native", origin: "transaction" }
         ])
         expect(toPayee[0]?.index).toBeGreaterThan(0)
       }).pipe(withClients(env))
     }))
+
   it.live("outputs no wallet reads as an address's (P2PK, bare multisig) pay nobody; the node's own address names for them are not used", () =>
     Effect.gen(function*() {
       const env = yield* engineEnv
       const wallet = yield* Config.string("BITCOIN_WALLET_RPC_URL")
-      const funding = yield* rpc(wallet, "getnewaddress", ["default"], Schema.String)
       const payee = btcAddress.toBech32(randomBytes(20), 0, "rb")
       const key = createECDH("secp256k1")
       const publicKey = Buffer.from(key.generateKeys(undefined, "compressed"))
@@ -262,29 +276,18 @@ describe("ChainClients on the bitcoin regtest node", () => {
       const scriptAddress = btcAddress.toBase58Check(crypto.hash160(multisig), 38)
       yield* Effect.gen(function*() {
         const clients = yield* ChainClients
-        yield* rpc(env.BITCOIN_RPC_URL, "generatetoaddress", [101, funding], Schema.Array(Schema.String))
-        const height = yield* clients.head("bitcoin")
-        yield* eventually(
-          httpJson(wallet, "/wallet/primary/block").pipe(
-            Effect.flatMap(Schema.decodeUnknown(Schema.Array(Schema.Number))),
-            Effect.filterOrFail((heights) => heights.includes(Number(height)))
-          )
-        )
-        const sent = yield* httpJson(wallet, "/wallet/primary/send", {
-          rate: 10_000,
-          outputs: [
-            { script: p2pk.toString("hex"), value: 50_000 },
-            { script: multisig.toString("hex"), value: 60_000 },
-            { address: payee, value: 70_000 }
-          ]
-        }).pipe(Effect.flatMap(Schema.decodeUnknown(Schema.Struct({ hash: Schema.String }))))
-        yield* rpc(env.BITCOIN_RPC_URL, "generatetoaddress", [1, funding], Schema.Array(Schema.String))
-        const block = yield* clients.block("bitcoin", height + 1n)
+        const sent = yield* sendMined(env, wallet, [
+          { script: p2pk.toString("hex"), value: 50_000 },
+          { script: multisig.toString("hex"), value: 60_000 },
+          { address: payee, value: 70_000 }
+        ])
+        const block = yield* clients.block("bitcoin", sent.height)
         const named = [payee, keyAddress, scriptAddress]
-        expect(block.transfers.filter((t) => t.txHash === sent.hash && named.includes(t.to)).map((t) => [t.to, t.value]))
+        expect(block.transfers.filter((t) => t.txHash === sent.txHash && named.includes(t.to)).map((t) => [t.to, t.value]))
           .toEqual([[payee, 70_000n]])
       }).pipe(withClients(env))
     }))
+
   it.live("a node of another network than BITCOIN_NETWORK is refused before any block is read from it, and stays refused", () =>
     Effect.gen(function*() {
       const env = yield* engineEnv
