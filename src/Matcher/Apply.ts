@@ -13,8 +13,9 @@
  *   consumer that lost it mid-batch): it extends the common ancestor as the new chain's block
  *   does, and applying it would skip that one. The same block published after the reorg record
  *   is the chain come back to it, and applied;
- * - a reorg record applied already (the last or one of the 16 before it), or published again,
- *   is skipped (`isRedelivered`);
+ * - a reorg record applied already, or older than one that was (by position and by a block it
+ *   orphans, among the last and the 16 before it), or published again, is skipped
+ *   (`isRedelivered`);
  * - state moves are guarded by the current state, outbox rows collide on their event id.
  *
  * Decisions where the API contract is silent (docs/decisions.md):
@@ -101,12 +102,12 @@ export const reorgKey = (record: ReorgRecord): string =>
   `${record.fromNumber}:${record.orphaned.at(-1)?.hash ?? "-"}:${record.commonAncestor?.hash ?? "-"}`
 
 /**
- * Whether a reorg record was applied already (`applied`: it is one of the remembered ones, by
- * its position in the log and a block it orphans; a second reader, a consumer that lost its
- * partition), or is like the last one applied (`reorgKey`) and published again (an ingester
- * that stopped before moving its cursor). One like the last is a new reorg when the chain came
- * back since to the block it orphaned (endpoints that disagree can show one fork twice): its
- * transfers leave the sums again.
+ * Whether a reorg record was applied already or is older than one that was (`applied`, see
+ * `lockCursor`: a second reader, a consumer that lost its partition), or is like the last one
+ * applied (`reorgKey`) and published again (an ingester that stopped before moving its
+ * cursor). One like the last is a new reorg when the chain came back since to the block it
+ * orphaned (endpoints that disagree can show one fork twice): its transfers leave the sums
+ * again.
  */
 export const isRedelivered = (cursor: LockedCursor, record: ReorgRecord, applied: boolean): boolean =>
   applied || (cursor.lastReorg === reorgKey(record) && cursor.hash !== (record.orphaned.at(-1)?.hash ?? null))

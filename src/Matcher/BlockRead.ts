@@ -90,8 +90,10 @@ const appliedReorgs = `(
 /**
  * Creates the chain's cursor on first use and locks it for the transaction (a reorg's first
  * statement), with whether the reorg record at `record` (its position in the log, the newest
- * block it orphans) is one of the remembered applied ones: the same position and block, so a
- * record of a log whose positions started again is not taken for one.
+ * block it orphans) was applied already or is older than one that was: it comes at or before
+ * the newest remembered applied reorg's position and orphans a block a remembered one did (or
+ * none). The block tells such a record from a new one in a log whose positions started again,
+ * where a new reorg orphans blocks applied since.
  */
 export const lockCursor = (
   sql: SqlClient.SqlClient,
@@ -103,9 +105,13 @@ export const lockCursor = (
     ON CONFLICT (chain) DO UPDATE SET chain = EXCLUDED.chain
     RETURNING json_build_object('number', number::text, 'hash', hash, 'last_reorg', last_reorg,
       'finalized', finalized::text,
-      'reorg_applied', EXISTS (SELECT 1 FROM ${sql.literal(appliedReorgs)} applied
-        WHERE applied.r->>'offset' = ${record.offset === undefined ? null : record.offset.toString()}::text
-          AND applied.r->'hashes' ? ${record.newestOrphaned ?? null}::text)) AS cursor`.pipe(
+      'reorg_applied', COALESCE(
+        ${record.offset === undefined ? null : record.offset.toString()}::numeric
+          <= (SELECT max((applied.r->>'offset')::numeric) FROM ${sql.literal(appliedReorgs)} applied)
+        AND (${record.newestOrphaned ?? null}::text IS NULL
+          OR EXISTS (SELECT 1 FROM ${sql.literal(appliedReorgs)} applied
+            WHERE applied.r->'hashes' ? ${record.newestOrphaned ?? null}::text)),
+        false)) AS cursor`.pipe(
     // A row of another shape is a bug in this statement, not a database failure.
     Effect.flatMap((rows) => Effect.orDie(decodeCursor(rows))),
     Effect.map(([{ cursor }]) => ({ cursor: lockedCursor(cursor), reorgApplied: cursor.reorg_applied }))

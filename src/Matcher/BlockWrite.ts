@@ -210,16 +210,16 @@ const OrphanedRow = Schema.Struct({
 export type OrphanedRow = typeof OrphanedRow.Type
 const decodeOrphaned = Schema.decodeUnknown(Schema.Array(OrphanedRow))
 
+/** How many reorgs before the last one a lagging reader's copies are recognised from. */
+const rememberedReorgs = 16
+
 /**
  * Marks the chain's live detections from `fromNumber` on as orphaned, resets the transaction of
  * a payment not yet PAID among them (0 confirmations, its watch still open), and records the
  * reorg as the last applied (its key), with the hashes of the blocks it orphaned and its
- * position in the log, kept with those of the 16 reorgs before it. Returns the orphaned detections, with their payment's
- * account and status.
+ * position in the log, kept with those of the 16 reorgs before it. Returns the orphaned
+ * detections, with their payment's account and status.
  */
-/** How many reorgs before the last one a lagging reader's copies are recognised from. */
-const rememberedReorgs = 16
-
 export const orphanDetections = (
   sql: SqlClient.SqlClient,
   chain: ChainName,

@@ -518,7 +518,7 @@ for (const kind of logKinds) {
         const h = yield* makeHarness(kind)
         const w = yield* createPayment(h)
         const n = above(w.startBlock)
-        // The old log, far along: a reorg at 500,002.
+        // The old log: a reorg at position 2.
         yield* h.matcher.applyAll(
           [
             block("ethereum", n, []),
@@ -527,17 +527,48 @@ for (const kind of logKinds) {
             block("ethereum", n + 1n, [], { fork: "b", parentFork: "a" })
           ],
           [],
-          [500_000n, 500_001n, 500_002n, 500_003n]
+          [0n, 1n, 2n, 3n]
         )
-        // The new log from 0: the payer's block, replaced by a reorg at a lower position.
+        // The new log from 0: the payer's block, replaced by a reorg at position 2 again.
         const paying = block("ethereum", n + 2n, [{ to: w.address, value: w.amount }], { fork: "b" })
         const outcomes = yield* h.matcher.applyAll(
           [paying, reorg("ethereum", n + 2n, n + 2n, "b"), block("ethereum", n + 2n, [], { fork: "c", parentFork: "b" })],
           [],
-          [0n, 1n, 2n]
+          [0n, 2n, 3n]
         )
         expect(outcomes.map((o) => o.applied)).toEqual([true, true, true])
         expect(yield* status(h, w)).toMatchObject({ status: "PENDING", tx_hash: null, amount_received_wei: "0" })
+      }).pipe(Effect.scoped))
+
+    it.live("a reorg record published again and skipped, delivered again after a later reorg, is skipped again", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(kind)
+        const w = yield* createPayment(h)
+        const n = above(w.startBlock)
+        const first = reorg("ethereum", n + 1n, n + 1n)
+        const paying = block("ethereum", n + 1n, [{ to: w.address, value: w.amount }], { fork: "b", parentFork: "a" })
+        // The first reorg, published again after its blocks (an ingester that stopped before
+        // moving its cursor), then a later reorg above them.
+        yield* h.matcher.applyAll(
+          [
+            block("ethereum", n, []),
+            block("ethereum", n + 1n, []),
+            first,
+            paying,
+            first,
+            block("ethereum", n + 2n, [], { fork: "b" }),
+            reorg("ethereum", n + 2n, n + 2n, "b"),
+            block("ethereum", n + 2n, [], { fork: "c", parentFork: "b" })
+          ],
+          [],
+          [0n, 1n, 2n, 3n, 4n, 5n, 6n, 7n]
+        )
+        expect(yield* status(h, w)).toMatchObject({ status: "PAID", confirmations: 2, tx_hash: paying.transfers[0]!.txHash })
+        // A second reader still at position 4.
+        const [again] = yield* h.matcher.applyAll([first], [], [4n])
+        expect(again).toMatchObject({ applied: false })
+        expect(yield* status(h, w)).toMatchObject({ status: "PAID", confirmations: 2, tx_hash: paying.transfers[0]!.txHash })
+        expect((yield* outbox(h, w.id)).map((e) => e.type)).toEqual(["payment.paid"])
       }).pipe(Effect.scoped))
 
     it.live("a bitcoin block stamped before the expiry, after one stamped past it, still pays: the sweeper waits for the chain's time to settle", () =>
