@@ -79,6 +79,9 @@ export interface BlockRead {
   readonly candidates: Candidates
 }
 
+/** A message's position in its partition as a statement parameter (null when not from the log). */
+export const offsetParam = (offset: bigint | undefined): string | null => offset === undefined ? null : offset.toString()
+
 /**
  * The applied reorgs remembered with the cursor (the last, when its list is its own, and the 16
  * before it): the hashes of the blocks each orphaned and its position in the log.
@@ -106,7 +109,7 @@ export const lockCursor = (
     RETURNING json_build_object('number', number::text, 'hash', hash, 'last_reorg', last_reorg,
       'finalized', finalized::text,
       'reorg_applied', COALESCE(
-        ${record.offset === undefined ? null : record.offset.toString()}::numeric
+        ${offsetParam(record.offset)}::numeric
           <= (SELECT max((applied.r->>'offset')::numeric) FROM ${sql.literal(appliedReorgs)} applied)
         AND (${record.newestOrphaned ?? null}::text IS NULL
           OR EXISTS (SELECT 1 FROM ${sql.literal(appliedReorgs)} applied
@@ -152,10 +155,10 @@ export const readBlock = (
       INSERT INTO matcher_cursors (chain, number, hash) VALUES (${block.chain}, -1, NULL)
       ON CONFLICT (chain) DO UPDATE SET chain = EXCLUDED.chain
       RETURNING number, hash, last_reorg, finalized, updated_at, xmax = 0 AS inserted,
-        ${offset === undefined ? null : offset.toString()}::numeric IS NOT NULL AND EXISTS (
+        ${offsetParam(offset)}::numeric IS NOT NULL AND EXISTS (
           SELECT 1 FROM ${sql.literal(appliedReorgs)} applied
           WHERE applied.r->'hashes' ? ${block.hash}
-            AND ${offset === undefined ? null : offset.toString()}::numeric < (applied.r->>'offset')::numeric
+            AND ${offsetParam(offset)}::numeric < (applied.r->>'offset')::numeric
         ) AS orphaned_copy
     ),
     t AS (

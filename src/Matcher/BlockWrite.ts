@@ -4,6 +4,7 @@
  * orphaned transfers out of the sums and its detections out of the canonical chain. The rules
  * themselves are `attribute` (Attribution.ts); these only write what was decided.
  */
+import { offsetParam } from "./BlockRead.ts"
 import type { SqlClient, Statement } from "@effect/sql"
 import { Effect, Schema } from "effect"
 import { type ChainName, DonationChainName } from "../Domain/Chain.ts"
@@ -246,7 +247,7 @@ export const orphanDetections = (
     marked AS (
       UPDATE matcher_cursors SET last_reorg = ${reorg.key},
         last_reorg_orphaned = jsonb_build_object('key', ${reorg.key}::text, 'hashes', to_jsonb(${reorg.hashes}::text[]),
-          'offset', ${reorg.offset === undefined ? null : reorg.offset.toString()}::text,
+          'offset', ${offsetParam(reorg.offset)}::text,
           -- The reorgs before it, newest first, for a reader that lags behind several.
           'earlier', COALESCE((
             SELECT jsonb_agg(e ORDER BY i) FROM jsonb_array_elements(
