@@ -10,7 +10,7 @@ import { ChallengeId, parseId } from "../Domain/Ids.ts"
 import { effectiveStatus, Lifetimes } from "../Watches/Lifetimes.ts"
 import { native, Watches } from "../Watches/Watches.ts"
 import { WebhookSecrets } from "../Webhooks/WebhookSecrets.ts"
-import { CallbackUrlRejected, checkRequestedCallbackUrl } from "../Webhooks/CallbackUrl.ts"
+import { CallbackUrlRejected, callbackUrlChecks } from "../Webhooks/CallbackUrl.ts"
 import { type ChallengeIn, ChallengeOut, ChallengeStatusOut } from "./Api.ts"
 import { traced } from "../Tracing/Methods.ts"
 
@@ -64,6 +64,7 @@ export class Challenges extends Effect.Service<Challenges>()("confirmd/Challenge
     const donations = yield* DonationAddresses
     const watches = yield* Watches
     const lifetimes = yield* Lifetimes
+    const callbackUrls = yield* callbackUrlChecks
     const webhookSecrets = yield* WebhookSecrets
     const minUsd = yield* ChallengeMinUsd
     const rate = yield* ChallengeRateLimit
@@ -81,7 +82,7 @@ export class Challenges extends Effect.Service<Challenges>()("confirmd/Challenge
           return yield* new AmountBelowMinimum({ minimumUsd: formatDecimal(minUsd), plan: null })
         }
         if (input.callback_url !== null) {
-          yield* checkRequestedCallbackUrl(input.callback_url).pipe(
+          yield* callbackUrls.checkRequested(input.callback_url).pipe(
             // Anyone may ask: what a name resolves to inside the deployment is not theirs to
             // learn, and each such lookup takes one of their challenges.
             Effect.catchIf((rejected) => rejected.byResolution === true, (rejected) =>

@@ -14,7 +14,7 @@ import {
 } from "@effect/platform"
 import { HttpApiDecodeError } from "@effect/platform/HttpApiError"
 import { RequestError, RouteNotFound } from "@effect/platform/HttpServerError"
-import { Config, Effect, Layer, Option } from "effect"
+import { Config, Effect, FiberRef, HashMap, Layer, Option } from "effect"
 import { AccountLive, AuthenticationLive, PublicLive } from "./Accounts.ts"
 import { AddressesLive } from "./Addresses.ts"
 import { ConfirmdApi } from "./Api.ts"
@@ -90,41 +90,47 @@ const RequestErrorsLive = HttpApiBuilder.middleware(Effect.gen(function*() {
   return (app: HttpApp.Default) =>
     // The platform types the wrapped app as infallible, yet these failures do flow through it;
     // their replacements are declared on the API (`addError`), so they get encoded.
-    Effect.gen(function*() {
-      const request = yield* HttpServerRequest.HttpServerRequest
-      if (lacksHost(request)) {
-        return yield* Effect.fail(badRequest("Request has no Host header", "HTTP/1.1 requests must name the host they are sent to"))
-      }
-      if (Number(request.headers["content-length"] ?? "0") > maxBytes) return yield* Effect.fail(tooLarge)
-      if (request.method !== "GET" && request.method !== "HEAD") {
-        const standDown = yield* fence.current
-        if (Option.isSome(standDown)) return yield* Effect.fail(replicaStoodDown(standDown.value.reason))
-      }
-      yield* guard(request)
-      return yield* (app as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, HttpServerRequest.HttpServerRequest>)
-    }).pipe(
-      HttpServerRequest.withMaxBodySize(Option.some(maxBytes)),
-      Effect.catchAll((error) =>
-        Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => Effect.fail(toEnvelopeError(error, request)))
-      ),
-      // The platform turns an unreadable body into a defect; it is the client's error, not ours.
-      Effect.catchAllDefect((defect) =>
-        defect instanceof RequestError
-          ? Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => Effect.fail(toEnvelopeError(defect, request)))
-          : Effect.logError("request failed with a defect", defect).pipe(Effect.zipRight(Effect.fail(internalError())))
+    Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
+      const reading = request.method === "GET" || request.method === "HEAD"
+      const checked = Effect.gen(function*() {
+        if (lacksHost(request)) {
+          return yield* Effect.fail(badRequest("Request has no Host header", "HTTP/1.1 requests must name the host they are sent to"))
+        }
+        if (Number(request.headers["content-length"] ?? "0") > maxBytes) return yield* Effect.fail(tooLarge)
+        if (!reading) {
+          const standDown = yield* fence.current
+          if (Option.isSome(standDown)) return yield* Effect.fail(replicaStoodDown(standDown.value.reason))
+        }
+        yield* guard(request)
+        return yield* (app as Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, HttpServerRequest.HttpServerRequest>)
+      })
+      // No endpoint reads a GET's body: its bound (a `locally` per request) is set where one is read.
+      return (reading ? checked : HttpServerRequest.withMaxBodySize(checked, Option.some(maxBytes))).pipe(
+        Effect.catchAll((error) => Effect.fail(toEnvelopeError(error, request))),
+        // The platform turns an unreadable body into a defect; it is the client's error, not ours.
+        Effect.catchAllDefect((defect) =>
+          defect instanceof RequestError
+            ? Effect.fail(toEnvelopeError(defect, request))
+            : Effect.logError("request failed with a defect", defect).pipe(Effect.zipRight(Effect.fail(internalError())))
+        )
       )
-    ) as unknown as typeof app
+    }) as unknown as typeof app
 }))
 
-/** Every response, whatever produced it, carries a fresh `X-Request-Id`, also set on the logs. */
+/**
+ * Every response, whatever produced it, carries a fresh `X-Request-Id`, also set on the logs.
+ * The annotation is set on the request's fiber rather than scoped to `app` (a `locally`, a
+ * tenth of a request's operations): the platform runs each request in a fiber of its own,
+ * which ends with it.
+ */
 export const withRequestId = HttpMiddleware.make((app) =>
-  Effect.gen(function*() {
-    const requestId = yield* newUuid
-    yield* HttpApp.appendPreResponseHandler((_request, response) =>
+  Effect.flatMap(newUuid, (requestId) =>
+    HttpApp.appendPreResponseHandler((_request, response) =>
       Effect.succeed(HttpServerResponse.setHeader(response, "x-request-id", requestId))
-    )
-    return yield* Effect.annotateLogs(app, "requestId", requestId)
-  })
+    ).pipe(
+      Effect.zipRight(FiberRef.update(FiberRef.currentLogAnnotations, HashMap.set<string, unknown>("requestId", requestId))),
+      Effect.zipRight(app)
+    ))
 )
 
 const ApiLive = HttpApiBuilder.api(ConfirmdApi).pipe(

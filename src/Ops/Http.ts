@@ -14,37 +14,33 @@
  * latency.
  */
 import { HttpApiBuilder, HttpMiddleware, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { Clock, Config, Effect, Exit, Layer, Metric, Option, Redacted } from "effect"
+import { Config, Context, Effect, Exit, Layer, Metric, Option, Redacted, Tracer } from "effect"
 import { createHash, timingSafeEqual } from "node:crypto"
 import { fromSnapshot, httpRequestDuration, httpRequests, render, snapshotFamilies } from "./Metrics.ts"
 import { OpsStatus } from "./Status.ts"
 import { toJson } from "./StatusJson.ts"
 
-/** The route template the router matched (it records it on the request's server span). */
-const matchedRoute = Effect.map(
-  Effect.option(Effect.currentSpan),
-  (span) => Option.flatMap(span, (s) => Option.fromNullable(s.attributes.get("http.route")))
-)
-
+/**
+ * Counts the request and its latency when it ends, in one synchronous step: a request's
+ * operations are what its CPU goes to. The route template is the one the router matched
+ * (it records it on the request's server span).
+ */
 export const withHttpMetrics = HttpMiddleware.make((app) =>
-  Effect.gen(function*() {
-    const request = yield* HttpServerRequest.HttpServerRequest
-    const started = yield* Clock.currentTimeNanos
-    return yield* app.pipe(
-      Effect.onExit((exit) =>
-        Effect.gen(function*() {
-          const elapsed = Number((yield* Clock.currentTimeNanos) - started) / 1e9
-          // 499: the client went away before an answer (the platform's own convention).
-          const status = Exit.isSuccess(exit) ? exit.value.status : Exit.isInterrupted(exit) ? 499 : 500
-          const route = Option.getOrElse(
-            Option.map(yield* matchedRoute, String),
-            () => (status === 404 ? "unmatched" : "other")
-          )
-          yield* Metric.update(httpRequests({ route, method: request.method, status: String(status) }), 1)
-          yield* Metric.update(httpRequestDuration({ route, method: request.method }), elapsed)
-        })
-      )
-    )
+  Effect.clockWith((clock) => {
+    const started = clock.unsafeCurrentTimeNanos()
+    return Effect.onExit(app, (exit) =>
+      Effect.withFiberRuntime((fiber) => {
+        const request = Context.unsafeGet(fiber.currentContext, HttpServerRequest.HttpServerRequest)
+        const elapsed = Number(clock.unsafeCurrentTimeNanos() - started) / 1e9
+        // 499: the client went away before an answer (the platform's own convention).
+        const status = Exit.isSuccess(exit) ? exit.value.status : Exit.isInterrupted(exit) ? 499 : 500
+        const span = Context.getOption(fiber.currentContext, Tracer.ParentSpan)
+        const matched = span._tag === "Some" && span.value._tag === "Span" ? span.value.attributes.get("http.route") : undefined
+        const route = matched === undefined ? (status === 404 ? "unmatched" : "other") : String(matched)
+        httpRequests({ route, method: request.method, status: String(status) }).unsafeUpdate(1, [])
+        httpRequestDuration({ route, method: request.method }).unsafeUpdate(elapsed, [])
+        return Effect.void
+      }))
   })
 )
 

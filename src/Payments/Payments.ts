@@ -25,7 +25,7 @@ import { effectiveStatus, Lifetimes } from "../Watches/Lifetimes.ts"
 import { native, type WatchAsset, Watches } from "../Watches/Watches.ts"
 import { Asset, assetDecimals } from "../Domain/Asset.ts"
 import { isToken } from "../Chains/Tokens.ts"
-import { checkRequestedCallbackUrl } from "../Webhooks/CallbackUrl.ts"
+import { callbackUrlChecks } from "../Webhooks/CallbackUrl.ts"
 import { type Delivery, DeliveryLog } from "../Outbox/DeliveryLog.ts"
 import { eventId } from "../Outbox/Payloads.ts"
 import { CreatePaymentOut, DeliveryAttemptOut, DeliveryOut, PaymentStatus } from "./Api.ts"
@@ -142,6 +142,7 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
     const watches = yield* Watches
     const chainClients = yield* ChainClients
     const lifetimes = yield* Lifetimes
+    const callbackUrls = yield* callbackUrlChecks
     const deliveryLog = yield* DeliveryLog
     const defaultRequired = yield* ChainConfirmationsRequired
     const redeliveryInterval = yield* RedeliveryInterval
@@ -214,7 +215,7 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
         const watchAsset = yield* resolveAsset(chain, asset)
         const tokenContract = watchAsset._tag === "token" ? watchAsset.token.contract : null
         const policy = yield* policyOf(chain, input)
-        yield* checkRequestedCallbackUrl(input.callback_url)
+        yield* callbackUrls.checkRequested(input.callback_url)
         // 403/429 before the quote, so that a refused account never waits for or hears of prices.
         yield* accounts.requireUsable(account.subscription)
         const accountId = account.id

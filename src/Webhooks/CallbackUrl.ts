@@ -1,7 +1,7 @@
 /**
  * Callback targets must be public http(s) endpoints: a merchant must not be able to make
  * confirmd POST into its own network. Checked at creation and again at delivery, after DNS
- * resolution (`checkCallbackUrl`), and, unless private networks are allowed, once more at
+ * resolution (`callbackUrlChecks`), and, unless private networks are allowed, once more at
  * connect time (the callback client's lookup, `publicOnlyLookup`), so a name that re-resolves
  * to a private address between the check and the connection is refused too.
  *
@@ -13,7 +13,7 @@
  * `CALLBACK_DNS_SERVERS` (default: the system's, from /etc/resolv.conf) names the servers.
  */
 import { NodeHttpClient } from "@effect/platform-node"
-import { Config, ConfigError, Effect, Layer, Schema } from "effect"
+import { Config, Effect, Layer, Schema } from "effect"
 import ipaddr from "ipaddr.js"
 import type { LookupAddress, LookupOptions } from "node:dns"
 import { Resolver } from "node:dns/promises"
@@ -186,13 +186,18 @@ export const parseCallbackUrl = (raw: string): Effect.Effect<URL, CallbackUrlRej
   return Effect.succeed(url)
 }
 
-/** Resolves the host and refuses non-public targets unless private networks are allowed. */
-export const checkCallbackUrl = (raw: string) =>
+/**
+ * A client's URL text itself starts with the scheme, `//` and the host. The URL parser also
+ * reads `http:example.com`, backslashes for the slashes or a leading space as
+ * `http://example.com/`, but the text is what is stored, shown in the delivery log and read
+ * for the callback's host.
+ */
+const LITERAL_HTTP_URL = /^https?:\/\/[^/\\?#\s]/i
+
+/** Refuses `url` unless every address its host has is public. */
+const checkResolved = (resolver: Resolver, raw: string, url: URL) =>
   Effect.gen(function*() {
-    const url = yield* parseCallbackUrl(raw)
-    if (yield* AllowPrivateNetworks) return url
     const host = url.hostname.replace(/^\[(.*)\]$/, "$1")
-    const resolver = resolverFor(yield* CallbackDnsServers)
     const addresses = (yield* Effect.promise(() => resolveCallbackHost(resolver, host))).map((r) => r.address)
     // An address written out is the caller's own; what a name resolves to is the resolver's.
     const named = isIP(host) === 0
@@ -205,30 +210,28 @@ export const checkCallbackUrl = (raw: string) =>
   })
 
 /**
- * A client's URL text itself starts with the scheme, `//` and the host. The URL parser also
- * reads `http:example.com`, backslashes for the slashes or a leading space as
- * `http://example.com/`, but the text is what is stored, shown in the delivery log and read
- * for the callback's host.
+ * The checks of a callback URL, with `CALLBACK_ALLOW_PRIVATE_NETWORKS` and
+ * `CALLBACK_DNS_SERVERS` read once, by the service that makes them (a bad setting stops the
+ * start, not a request):
+ *
+ * - `check`: resolves the host and refuses non-public targets unless private networks are
+ *   allowed;
+ * - `checkRequested`: `check` for a URL a client gives (a payment's, a challenge's), whose
+ *   text must also be written out as `LITERAL_HTTP_URL` says.
  */
-const LITERAL_HTTP_URL = /^https?:\/\/[^/\\?#\s]/i
-
-/**
- * `checkCallbackUrl` for a URL a client gives (a payment's, a challenge's), whose text must be
- * written out as `LITERAL_HTTP_URL` says: refused with
- * `CallbackUrlRejected`; an unreadable CALLBACK_ALLOW_PRIVATE_NETWORKS is a defect of the
- * deployment, not of the request.
- */
-export const checkRequestedCallbackUrl = (raw: string) =>
-  parseCallbackUrl(raw).pipe(
-    Effect.zipRight(
-      LITERAL_HTTP_URL.test(raw) && raw === raw.trim()
-        ? Effect.void
-        : reject(raw, "callback_url must be written as http://host/… or https://host/…, without surrounding spaces")
-    ),
-    Effect.zipRight(checkCallbackUrl(raw)),
-    Effect.catchIf(ConfigError.isConfigError, Effect.die)
-  )
-
+export const callbackUrlChecks = Effect.map(Effect.all([AllowPrivateNetworks, CallbackDnsServers]), ([allowPrivate, servers]) => {
+  const resolver = resolverFor(servers)
+  const check = (raw: string): Effect.Effect<URL, CallbackUrlRejected> =>
+    Effect.flatMap(parseCallbackUrl(raw), (url) => allowPrivate ? Effect.succeed(url) : checkResolved(resolver, raw, url))
+  const checkRequested = (raw: string): Effect.Effect<URL, CallbackUrlRejected> =>
+    LITERAL_HTTP_URL.test(raw) && raw === raw.trim()
+      ? check(raw)
+      : Effect.zipRight(
+        parseCallbackUrl(raw),
+        reject(raw, "callback_url must be written as http://host/… or https://host/…, without surrounding spaces")
+      )
+  return { check, checkRequested } as const
+})
 
 /** A `net` lookup through `resolver` that refuses non-public addresses (used when private networks are not allowed). */
 export const publicOnlyLookup = (resolver: Resolver): LookupFunction => (hostname, options, callback) =>

@@ -26,7 +26,7 @@
  * account from before signing gets its secret at its first callback; a challenge from before
  * signing has none anyone was shown, so its callbacks go unsigned with `confirmd-unsigned`.
  *
- * The target is checked before every attempt (`checkCallbackUrl`) and, unless private
+ * The target is checked before every attempt (`callbackUrlChecks`) and, unless private
  * networks are allowed, every address the connection resolves to is checked again at connect
  * time (`CallbackHttpClientLive`, ./CallbackUrl.ts).
  */
@@ -53,7 +53,7 @@ import type { DeliveryOutcome, DueDelivery } from "../Outbox/DeliveryStore.ts"
 import { Outbox } from "../Outbox/Outbox.ts"
 import { hostOf, rootMessage } from "../Domain/Host.ts"
 import { logFailure } from "../Supervision/FailureLog.ts"
-import { CallbackHttpClientLive, checkCallbackUrl } from "./CallbackUrl.ts"
+import { CallbackHttpClientLive, callbackUrlChecks } from "./CallbackUrl.ts"
 import { signerKindOf } from "../Outbox/Payloads.ts"
 import { callbackHeaders, type Signing } from "./Signing.ts"
 import { makePollOrWake } from "./PollOrWake.ts"
@@ -180,6 +180,7 @@ class AttemptFailed extends Data.TaggedError("AttemptFailed")<{
 
 const makeDispatcher = Effect.gen(function*() {
   const settings = yield* dispatcherSettingsConfig
+  const callbackUrls = yield* callbackUrlChecks
   const outbox = yield* Outbox
   const secrets = yield* WebhookSecrets
   const client = (yield* HttpClient.HttpClient).pipe(
@@ -212,7 +213,7 @@ const makeDispatcher = Effect.gen(function*() {
   /** One POST, signed unless `signing` says why not; succeeds with the receiver's 2xx status. */
   const post = (delivery: DueDelivery, signing: Signing, at: Date) =>
     Effect.gen(function*() {
-      const url = yield* checkCallbackUrl(delivery.url)
+      const url = yield* callbackUrls.check(delivery.url)
       const response = yield* client.execute(
         HttpClientRequest.post(url).pipe(
           HttpClientRequest.setHeaders(callbackHeaders({ id: delivery.id, body: delivery.body, at, signing })),
@@ -238,9 +239,6 @@ const makeDispatcher = Effect.gen(function*() {
           case "RequestError":
           case "ResponseError":
             return new AttemptFailed({ reason: `request failed: ${rootMessage(error)}` })
-          default:
-            // A ConfigError from CALLBACK_ALLOW_PRIVATE_NETWORKS (validated at start).
-            return new AttemptFailed({ reason: String(error) })
         }
       })
     )

@@ -6,7 +6,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Fiber } from "effect"
 import { createSocket } from "node:dgram"
-import { checkCallbackUrl } from "../../src/Webhooks/CallbackUrl.ts"
+import { callbackUrlChecks } from "../../src/Webhooks/CallbackUrl.ts"
 
 /** The question's name (labels from byte 12) and type. */
 const question = (query: Buffer) => {
@@ -49,7 +49,7 @@ describe("callback host resolution", () => {
     Effect.gen(function*() {
       const dns = yield* fakeDns
       const check = (url: string) =>
-        checkCallbackUrl(url).pipe(
+        Effect.flatMap(callbackUrlChecks, (checks) => checks.check(url)).pipe(
           Effect.withConfigProvider(ConfigProvider.fromMap(new Map([["CALLBACK_DNS_SERVERS", `127.0.0.1:${dns.port}`]])))
         )
       // Many lookups left hanging at once: more than the system resolver's threads.
