@@ -12,7 +12,8 @@ import { traced } from "../Tracing/Methods.ts"
 
 /**
  * waiting: nothing seen yet; underpaid: less than the amount arrived, the remainder is due;
- * seen: the paying transfer is in a block, not yet confirmed enough.
+ * seen: the paying transfer is in a block, not yet confirmed enough, or was until a reorg took
+ * it away (the payment waits for it mined again: the payer has paid, and is not asked twice).
  */
 export type CheckoutState = "waiting" | "underpaid" | "seen" | "paid" | "expired"
 
@@ -53,7 +54,7 @@ export class Checkout extends Effect.Service<Checkout>()("confirmd/Checkout", {
           ? "paid"
           : p.status === "EXPIRED"
           ? "expired"
-          : p.txHash !== null
+          : p.txHash !== null || p.seenBefore
           ? "seen"
           : p.exception === "underpaid" && p.amountReceived < p.amountSmallest
           ? "underpaid"

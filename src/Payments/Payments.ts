@@ -21,7 +21,7 @@ import {
 } from "../Domain/Errors.ts"
 import { type AccountId, parseId, PaymentId } from "../Domain/Ids.ts"
 import { ChainConfirmationsRequired } from "../Matcher/Confirmations.ts"
-import { effectiveStatus, Lifetimes } from "../Watches/Lifetimes.ts"
+import { effectivePaymentStatus, Lifetimes } from "../Watches/Lifetimes.ts"
 import { native, type WatchAsset, Watches } from "../Watches/Watches.ts"
 import { Asset, assetDecimals } from "../Domain/Asset.ts"
 import { isToken } from "../Chains/Tokens.ts"
@@ -30,6 +30,7 @@ import { type Delivery, DeliveryLog } from "../Outbox/DeliveryLog.ts"
 import { eventId } from "../Outbox/Payloads.ts"
 import { CreatePaymentOut, DeliveryAttemptOut, DeliveryOut, PaymentStatus } from "./Api.ts"
 import { traced } from "../Tracing/Methods.ts"
+import { decodeCursor, encodeCursor, type ListCursor } from "./ListCursor.ts"
 
 const PaymentRow = Schema.Struct({
   id: PaymentId,
@@ -56,22 +57,8 @@ const parsePaymentId = parseId(PaymentId)
 /** A listed row, with its place in the order (`created_at` in microseconds since the epoch, exact). */
 const decodeListed = Schema.decodeUnknown(Schema.Array(Schema.Struct({ ...PaymentRow.fields, created_us: Schema.String })))
 
-/** Where a page of the list starts: after this payment (newest first, ties by id). */
-interface ListCursor {
-  readonly createdUs: string
-  readonly id: string
-}
-
-/** Opaque to clients: the last listed payment's place. */
-const encodeCursor = (cursor: ListCursor) => Buffer.from(`p:${cursor.createdUs}:${cursor.id}`).toString("base64url")
-const decodeCursor = (text: string): Option.Option<ListCursor> => {
-  // Bounded so that the statement never fails on it: a time before year 5000, a well-formed id.
-  const match = /^p:([0-9]{1,17}):([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/.exec(
-    Buffer.from(text, "base64url").toString("utf8")
-  )
-  return match === null ? Option.none() : Option.some({ createdUs: match[1]!, id: match[2]! })
-}
-
+/** A row for the payer's page, with whether its paying transfer was seen and then taken away by a reorg. */
+const decodePayerRows = Schema.decodeUnknown(Schema.Array(Schema.Struct({ ...PaymentRow.fields, seen_before: Schema.Boolean })))
 
 const decodeSlot = Schema.decodeUnknown(Schema.Array(Schema.Struct({ taken: Schema.Boolean, wait: Schema.NullOr(Schema.Int) })))
 
@@ -132,6 +119,8 @@ export interface PayerPayment {
   readonly amountReceived: bigint
   readonly exception: "underpaid" | "overpaid" | "paid_late" | null
   readonly confirmationsRequired: number
+  /** Its paying transfer was detected, then a reorg took it away: the payment waits for it mined again. */
+  readonly seenBefore: boolean
 }
 
 export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
@@ -208,9 +197,7 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
       Effect.gen(function*() {
         if (!isChainName(input.chain)) return yield* new UnsupportedChain({ chain: input.chain })
         const chain = input.chain
-        if (!chainClients.isEnabled(chain)) {
-          return yield* new ChainNotMonitored({ chain })
-        }
+        if (!chainClients.isEnabled(chain)) return yield* new ChainNotMonitored({ chain })
         const asset = input.asset ?? "native"
         const watchAsset = yield* resolveAsset(chain, asset)
         const tokenContract = watchAsset._tag === "token" ? watchAsset.token.contract : null
@@ -272,13 +259,15 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
         }, { disableValidation: true })
       })
 
-    const columns = `id, ${effectiveStatus} AS status, chain, address, asset, token_contract,
+    const columns = `id, ${effectivePaymentStatus} AS status, chain, address, asset, token_contract,
               amount_smallest::text AS amount_smallest, usd_amount::text AS usd_amount, tx_hash, confirmations,
               amount_received::text AS amount_received, exception, confirmations_required, wait_for_finality, expires_at`
     const select = sql.literal(`SELECT ${columns} FROM payments`)
     const listSelect = sql.literal(
       `SELECT ${columns}, (extract(epoch FROM created_at) * 1000000)::bigint::text AS created_us FROM payments`
     )
+    const payerSelect = sql.literal(`SELECT ${columns}, tx_hash IS NULL AND status = 'PENDING'
+      AND EXISTS (SELECT 1 FROM detections d WHERE d.watch_id = payments.id) AS seen_before FROM payments`)
     const epoch = sql.literal("'epoch'::timestamptz")
 
     /**
@@ -373,7 +362,7 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
       Effect.gen(function*() {
         const id = parsePaymentId(paymentId)
         if (Option.isNone(id)) return Option.none<PayerPayment>()
-        const rows = yield* sql`${select} WHERE id = ${id.value}`.pipe(Effect.flatMap(decodeRows), Effect.orDie)
+        const rows = yield* sql`${payerSelect} WHERE id = ${id.value}`.pipe(Effect.flatMap(decodePayerRows), Effect.orDie)
         return Option.flatMap(Option.fromNullable(rows[0]), (row) =>
           isChainName(row.chain)
             ? Option.some<PayerPayment>({
@@ -390,7 +379,8 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
               expiresAt: row.expires_at,
               amountReceived: row.amount_received,
               exception: row.exception,
-              confirmationsRequired: requiredOf(row)
+              confirmationsRequired: requiredOf(row),
+              seenBefore: row.seen_before
             })
             : Option.none())
       })

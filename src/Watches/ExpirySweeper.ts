@@ -1,16 +1,16 @@
 /**
  * Moves PENDING payments, signup intents and challenges past their expiry to EXPIRED, and closes
  * their watches once the late window (`LATE_PAYMENT_WINDOW_SECONDS`; for intents and
- * challenges at most an hour) has passed too, freeing their amounts. Reads already show EXPIRED before this runs (see `effectiveStatus`); the
- * sweeper makes it durable. Until its watch closes, a transfer of a payment's amount is its
- * payer's, paid late, and no newer payment, intent or challenge on the address is given the
- * amount of any of them (a confirmed intent's or challenge's included: the matcher leaves
- * their watches open).
+ * challenges at most an hour) has passed too, freeing their amounts. Reads already show EXPIRED
+ * before this runs (`effectiveStatus`, `effectivePaymentStatus`); the sweeper makes it durable.
+ * Until its watch closes, a transfer of a payment's amount is its payer's, paid late, and no
+ * newer payment, intent or challenge on the address is given the amount of any of them (a
+ * confirmed intent's or challenge's included: the matcher leaves their watches open).
  * A payment whose transfer was detected in time, then orphaned by a reorg, stays PENDING through
- * that window, so the transfer mined again pays it. Expiry is
- * judged by block time, as the matcher does: a watch is only closed once its chain's matcher
- * has passed the expiry (a chain nobody matches has no cursor and closes by the clock); the
- * matcher's cursors are asked of the matcher (`MatcherCursors`), not read from its table.
+ * that window, so the transfer mined again pays it. Expiry is judged by block time, as the
+ * matcher does: a watch is only closed once its chain's matcher has passed the expiry (a chain
+ * nobody matches has no cursor and closes by the clock); the matcher's cursors are asked of the
+ * matcher (`MatcherCursors`), not read from its table.
  */
 import { SqlClient } from "@effect/sql"
 import type { Fragment } from "@effect/sql/Statement"

@@ -432,6 +432,9 @@ for (const kind of logKinds) {
         yield* h.settled("ethereum")
         expect(yield* status(h, w)).toMatchObject({ tx_hash: null, confirmations: 0 })
         yield* sweepExpired.pipe(Effect.provide(MatcherCursors.Default), Effect.provideService(SqlClient.SqlClient, h.sql), Effect.orDie)
+        // Past its expiry, the merchant reads it as waiting, and its payer's page asks for nothing more.
+        expect(yield* status(h, w)).toMatchObject({ status: "PENDING", tx_hash: null })
+        expect((yield* h.app.request("GET", `/pay/${w.id}/state`)).body).toMatchObject({ state: "seen" })
         // The same transaction mined again: the payer paid in time.
         yield* h.publish(block("ethereum", n + 1n, [{ to: w.address, value: w.amount, txHash: tx }], { fork: "b", timestamp: expires + 2 }))
         yield* h.publish(block("ethereum", n + 2n, [], { fork: "b", timestamp: expires + 3 }))
