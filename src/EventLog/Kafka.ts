@@ -9,7 +9,8 @@
  * - Each `subscribe` runs its own kafkajs consumer with autoCommit off. `eachMessage` hands
  *   the message to the stream through a one-slot queue and only returns once the stream has
  *   room, so kafkajs never runs ahead of the consumer by more than a message or two, and it
- *   keeps heartbeating while it waits. Offsets are committed only by `message.commit`.
+ *   keeps heartbeating while it waits. Offsets are committed only by `message.commit`, and
+ *   not for a message handed over before the member's latest join of its group.
  * - kafkajs retries transient broker errors itself. It is told never to restart a crashed
  *   consumer: a crash fails the stream with `EventLogError`, and the caller's supervisor
  *   subscribes again (from the committed offsets).
@@ -292,6 +293,13 @@ export const makeKafka = (
           )
         })
         yield* Effect.addFinalizer(() => Effect.sync(removeCrashListener))
+        // Counts the member's joins: a message handed over before the latest one is not committed
+        // (see `commit`).
+        let joins = 0
+        const removeJoinListener = consumer.on(consumer.events.GROUP_JOIN, () => {
+          joins += 1
+        })
+        yield* Effect.addFinalizer(() => Effect.sync(removeJoinListener))
         yield* Effect.acquireRelease(
           attempt("connect", () => consumer.connect()),
           () => attempt("disconnect", () => consumer.disconnect()).pipe(Effect.ignoreLogged)
@@ -301,11 +309,18 @@ export const makeKafka = (
         yield* Effect.addFinalizer(() => Queue.shutdown(queue))
 
         const committedUpTo = new Map<string, bigint>()
-        const commit = (topic: string, partition: number, offset: bigint) =>
+        /**
+         * A message handed over before the member last joined the group is not committed: its
+         * partition may have moved to another member, who may have committed past it, and the
+         * broker checks a commit's generation, not the member's assignment, so the commit would
+         * move the group's position back (a restart would then replay from there). Not
+         * committing it is safe: the partition's owner reads it again from the group's position.
+         */
+        const commit = (topic: string, partition: number, offset: bigint, joinedAt: number) =>
           Effect.suspend(() => {
             const key = `${partition}:${topic}`
             const next = offset + 1n
-            if ((committedUpTo.get(key) ?? -1n) >= next) return Effect.void
+            if (joinedAt !== joins || (committedUpTo.get(key) ?? -1n) >= next) return Effect.void
             return attempt("commit", () =>
               consumer.commitOffsets([{ topic, partition, offset: next.toString() }])).pipe(
                 Effect.tap(() =>
@@ -332,7 +347,7 @@ export const makeKafka = (
                 key: message.key?.toString() ?? "",
                 value: message.value ?? new Uint8Array(0),
                 headers: headersOf(message.headers),
-                commit: commit(topic, partition, offset)
+                commit: commit(topic, partition, offset, joins)
               })
               // While the stream is busy, stay in the group.
               const keepAlive = attempt("heartbeat", heartbeat).pipe(

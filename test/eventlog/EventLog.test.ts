@@ -7,7 +7,7 @@ import { fileURLToPath } from "node:url"
 import { promisify } from "node:util"
 import { Kafka, logLevel } from "kafkajs"
 import { makeEmbedded } from "../../src/EventLog/Embedded.ts"
-import { EventLog, type OutgoingRecord } from "../../src/EventLog/EventLog.ts"
+import { EventLog, type Message, type OutgoingRecord } from "../../src/EventLog/EventLog.ts"
 import { makeKafka } from "../../src/EventLog/Kafka.ts"
 import { EventLogLive } from "../../src/EventLog/Live.ts"
 import { DatabaseTest } from "../support/Database.ts"
@@ -338,6 +338,59 @@ const survivesBrokerRestart = (it: Methods) =>
       expect(lag).toEqual([{ partition: 0, committed: 200n, high: 200n, lag: 0n }])
     }), 180_000)
 
+const within = (what: string, done: () => boolean) =>
+  Effect.sync(done).pipe(
+    Effect.repeat({ until: (ok) => ok, schedule: Schedule.spaced("100 millis") }),
+    Effect.timeoutFail({ duration: "60 seconds", onTimeout: () => new Error(`timed out waiting until ${what}`) }),
+    Effect.orDie
+  )
+
+const keepsGroupPositionAcrossRebalance = (it: Methods) =>
+  it.effect("a message handed over before a rebalance does not move the group's position back", () =>
+    Effect.gen(function* () {
+      const log = yield* EventLog
+      const topic = log.topicName("rebalance")
+      const groupId = group("rebalance")
+      yield* log.ensureTopics([{ name: topic, partitions: 2 }])
+      yield* log.publish(Array.from({ length: 20 }, (_, i) => ({ topic, key: `k${i}`, value: encode(String(i)) })))
+      // Members like the matcher's: subscribed again when the consumer fails (a broker that
+      // just started answers "coordinator loading" at first). The latest delivery of each
+      // message is kept.
+      const member = (onMessage: (message: Message) => Effect.Effect<void, unknown>) =>
+        log.subscribe({ groupId, topics: [topic] }).pipe(
+          Stream.mapEffect(onMessage),
+          Stream.retry(Schedule.spaced("500 millis")),
+          Stream.runDrain,
+          Effect.forkScoped
+        )
+      const at = (message: Message) => `${message.partition}:${message.offset}`
+      // The first member reads everything and commits nothing yet, its subscription open.
+      const first = new Map<string, Message>()
+      let firstDeliveries = 0
+      yield* member((message) => Effect.sync(() => {
+        first.set(at(message), message)
+        firstDeliveries += 1
+      }))
+      yield* within("the first member has read all 20", () => first.size === 20)
+      const held = [...first.values()]
+      const deliveredBefore = firstDeliveries
+      const countIn = (partition: number) => held.filter((m) => m.partition === partition).length
+      // A second member joins: the group gives it one of the two partitions, which it reads
+      // from the start and commits.
+      const second = new Map<string, Message>()
+      yield* member((message) => message.commit.pipe(Effect.zipRight(Effect.sync(() => second.set(at(message), message)))))
+      const moved = () => [...second.values()][0]!.partition
+      yield* within("the second member has read and committed its partition", () =>
+        second.size > 0 && [...second.values()].filter((m) => m.partition === moved()).length === countIn(moved()))
+      // The first member rejoined: what it kept is delivered to it again from the group's position.
+      yield* within("the first member reads its own partition again", () =>
+        firstDeliveries - deliveredBefore >= 20 - countIn(moved()))
+      // It now finishes a message of the partition it lost, handed to it before the rebalance.
+      yield* held.find((m) => m.partition === moved())!.commit
+      const lag = yield* log.lag(groupId, topic)
+      expect(lag.find((p) => p.partition === moved())).toMatchObject({ committed: BigInt(countIn(moved())), lag: 0n })
+    }).pipe(Effect.scoped), 120_000)
+
 const embeddedRetention = (it: Methods) =>
   it.effect("keeps what a reading group has not committed, and caps partitions nobody reads", () =>
     Effect.gen(function* () {
@@ -379,7 +432,10 @@ afterAll(async () => {
 
 describe("EventLog", () => {
   suite("embedded", EmbeddedTest, embeddedRetention)
-  suite("kafka", KafkaTest, survivesBrokerRestart)
+  suite("kafka", KafkaTest, (it) => {
+    survivesBrokerRestart(it)
+    keepsGroupPositionAcrossRebalance(it)
+  })
 })
 
 describe("EventLogLive", () => {
