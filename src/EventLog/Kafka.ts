@@ -293,12 +293,8 @@ export const makeKafka = (
           )
         })
         yield* Effect.addFinalizer(() => Effect.sync(removeCrashListener))
-        // Counts the member's joins: a message handed over before the latest one is not committed
-        // (see `commit`).
-        let joins = 0
-        const removeJoinListener = consumer.on(consumer.events.GROUP_JOIN, () => {
-          joins += 1
-        })
+        let joins = 0 // of the group by this member (see `commit`)
+        const removeJoinListener = consumer.on(consumer.events.GROUP_JOIN, () => void (joins += 1))
         yield* Effect.addFinalizer(() => Effect.sync(removeJoinListener))
         yield* Effect.acquireRelease(
           attempt("connect", () => consumer.connect()),
@@ -310,11 +306,9 @@ export const makeKafka = (
 
         const committedUpTo = new Map<string, bigint>()
         /**
-         * A message handed over before the member last joined the group is not committed: its
-         * partition may have moved to another member, who may have committed past it, and the
-         * broker checks a commit's generation, not the member's assignment, so the commit would
-         * move the group's position back (a restart would then replay from there). Not
-         * committing it is safe: the partition's owner reads it again from the group's position.
+         * A message handed over before the member last joined is not committed: its partition may
+         * be another member's now, committed past it, and the broker checks a commit's generation,
+         * not the assignment, so the group's position would move back. Its owner reads it again.
          */
         const commit = (topic: string, partition: number, offset: bigint, joinedAt: number) =>
           Effect.suspend(() => {
