@@ -21,7 +21,7 @@ import {
 } from "../Domain/Errors.ts"
 import { type AccountId, parseId, PaymentId } from "../Domain/Ids.ts"
 import { ChainConfirmationsRequired } from "../Matcher/Confirmations.ts"
-import { effectivePaymentStatus, Lifetimes } from "../Watches/Lifetimes.ts"
+import { effectivePaymentStatus, Lifetimes, paymentDetected } from "../Watches/Lifetimes.ts"
 import { native, type WatchAsset, Watches } from "../Watches/Watches.ts"
 import { Asset, assetDecimals } from "../Domain/Asset.ts"
 import { isToken } from "../Chains/Tokens.ts"
@@ -267,7 +267,7 @@ export class Payments extends Effect.Service<Payments>()("confirmd/Payments", {
       `SELECT ${columns}, (extract(epoch FROM created_at) * 1000000)::bigint::text AS created_us FROM payments`
     )
     const payerSelect = sql.literal(`SELECT ${columns}, tx_hash IS NULL AND status = 'PENDING'
-      AND EXISTS (SELECT 1 FROM detections d WHERE d.watch_id = payments.id) AS seen_before FROM payments`)
+      AND ${paymentDetected("payments")} AS seen_before FROM payments`)
     const epoch = sql.literal("'epoch'::timestamptz")
 
     /**

@@ -17,6 +17,7 @@ import type { Fragment } from "@effect/sql/Statement"
 import { Config, Duration, Effect, Layer, Schedule, Schema } from "effect"
 import { LatePaymentWindowSeconds } from "../Matcher/Apply.ts"
 import { MatcherCursors } from "../Matcher/Cursors.ts"
+import { paymentDetected } from "./Lifetimes.ts"
 import { Supervisor } from "../Supervision/Supervisor.ts"
 
 /**
@@ -55,6 +56,7 @@ export const sweepExpired = Effect.gen(function*() {
         OR c.block_time < ${at} + CASE WHEN c.chain = 'bitcoin'
           THEN make_interval(secs => ${Duration.toSeconds(bitcoinTimeSlack)}::double precision) ELSE interval '0' END))`
     const late = sql`make_interval(secs => ${lateWindow}::double precision)`
+    const detected = sql.literal(paymentDetected("p"))
     const donationHold = sql`make_interval(secs => ${Math.min(lateWindow, Duration.toSeconds(donationHoldMax))}::double precision)`
     const rows = yield* sql`
       WITH payments_expired AS (
@@ -65,7 +67,7 @@ export const sweepExpired = Effect.gen(function*() {
           AND ${matchedPast(sql`p.chain`, sql`p.expires_at`)}
           -- A transfer detected in time that a reorg took away may be mined again: its payer
           -- paid in time, so the payment waits for it through the late window.
-          AND (p.expires_at + ${late} <= now() OR NOT EXISTS (SELECT 1 FROM detections d WHERE d.watch_id = p.id))
+          AND (p.expires_at + ${late} <= now() OR NOT ${detected})
         RETURNING id
       ),
       -- A watch holds its amount after its expiry (a payment's through the late window, an

@@ -21,9 +21,15 @@ export const Lifetimes = Config.all({
 export const effectiveStatus = `CASE WHEN status = 'PENDING' AND tx_hash IS NULL AND expires_at <= now() THEN 'EXPIRED' ELSE status END`
 
 /**
+ * Whether the payment (rows of `payments`, by that name or alias) had its paying transfer
+ * detected in time; a reorg may have taken it away since. Only a paying transfer is a detection.
+ */
+export const paymentDetected = (payments: string) => `EXISTS (SELECT 1 FROM detections d WHERE d.watch_id = ${payments}.id)`
+
+/**
  * A payment's, as `effectiveStatus`, except that one whose paying transfer was detected in time
  * and then taken away by a reorg stays PENDING past its expiry, as the sweeper keeps it: its
- * payer paid, and the transaction mined again pays it. Only a paying transfer is a detection.
+ * payer paid, and the transaction mined again pays it.
  */
 export const effectivePaymentStatus = `CASE WHEN status = 'PENDING' AND tx_hash IS NULL AND expires_at <= now()
-  AND NOT EXISTS (SELECT 1 FROM detections d WHERE d.watch_id = payments.id) THEN 'EXPIRED' ELSE status END`
+  AND NOT ${paymentDetected("payments")} THEN 'EXPIRED' ELSE status END`
