@@ -11,6 +11,7 @@ import { EventLog, type Message, type OutgoingRecord } from "../../src/EventLog/
 import { makeKafka } from "../../src/EventLog/Kafka.ts"
 import { EventLogLive } from "../../src/EventLog/Live.ts"
 import { DatabaseTest } from "../support/Database.ts"
+import { eventually } from "../support/TestApp.ts"
 
 const runId = `${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`
 const settings = { topicPrefix: `test-${runId}`, defaultPartitions: 1 }
@@ -338,13 +339,6 @@ const survivesBrokerRestart = (it: Methods) =>
       expect(lag).toEqual([{ partition: 0, committed: 200n, high: 200n, lag: 0n }])
     }), 180_000)
 
-const within = (what: string, done: () => boolean) =>
-  Effect.sync(done).pipe(
-    Effect.repeat({ until: (ok) => ok, schedule: Schedule.spaced("100 millis") }),
-    Effect.timeoutFail({ duration: "60 seconds", onTimeout: () => new Error(`timed out waiting until ${what}`) }),
-    Effect.orDie
-  )
-
 const keepsGroupPositionAcrossRebalance = (it: Methods) =>
   it.effect("a message handed over before a rebalance does not move the group's position back", () =>
     Effect.gen(function* () {
@@ -371,7 +365,7 @@ const keepsGroupPositionAcrossRebalance = (it: Methods) =>
         first.set(at(message), message)
         firstDeliveries += 1
       }))
-      yield* within("the first member has read all 20", () => first.size === 20)
+      yield* eventually(Effect.sync(() => first.size === 20), (read) => read)
       const held = [...first.values()]
       const deliveredBefore = firstDeliveries
       const countIn = (partition: number) => held.filter((m) => m.partition === partition).length
@@ -380,11 +374,12 @@ const keepsGroupPositionAcrossRebalance = (it: Methods) =>
       const second = new Map<string, Message>()
       yield* member((message) => message.commit.pipe(Effect.zipRight(Effect.sync(() => second.set(at(message), message)))))
       const moved = () => [...second.values()][0]!.partition
-      yield* within("the second member has read and committed its partition", () =>
-        second.size > 0 && [...second.values()].filter((m) => m.partition === moved()).length === countIn(moved()))
+      yield* eventually(
+        Effect.sync(() => second.size > 0 && [...second.values()].filter((m) => m.partition === moved()).length === countIn(moved())),
+        (committed) => committed
+      )
       // The first member rejoined: what it kept is delivered to it again from the group's position.
-      yield* within("the first member reads its own partition again", () =>
-        firstDeliveries - deliveredBefore >= 20 - countIn(moved()))
+      yield* eventually(Effect.sync(() => firstDeliveries - deliveredBefore >= 20 - countIn(moved())), (again) => again)
       // It now finishes a message of the partition it lost, handed to it before the rebalance.
       yield* held.find((m) => m.partition === moved())!.commit
       const lag = yield* log.lag(groupId, topic)
