@@ -174,6 +174,7 @@ export const run = Effect.gen(function*() {
   })
 
   const started = Date.now()
+  const catchUpCpuFrom = process.cpuUsage()
   yield* app(false)
   const cursors = new pg.Pool({ connectionString: database.url, max: 1 })
   yield* Effect.addFinalizer(() => Effect.promise(() => cursors.end()))
@@ -187,9 +188,11 @@ export const run = Effect.gen(function*() {
     yield* Effect.sleep("250 millis")
   }
   const catchUpMs = Math.max(...done.values())
+  const catchUpCpu = cpuPercent(catchUpCpuFrom, Date.now() - started)
   console.log(
     `catch-up after ${s.outageSeconds} s of all ten chains (${blocks} blocks): service ${(catchUpMs / 1000).toFixed(1)} s, ` +
-      `bare fetch ${(bareCatchUpMs / 1000).toFixed(1)} s: ${(bareCatchUpMs / catchUpMs).toFixed(2)}x`
+      `bare fetch ${(bareCatchUpMs / 1000).toFixed(1)} s: ${(bareCatchUpMs / catchUpMs).toFixed(2)}x; ` +
+      `service CPU meanwhile ${catchUpCpu.toFixed(0)} % of a core (this process: the service and the sampling)`
   )
   console.log(`  per chain (s): ${chainNames.map((c) => `${c} ${((done.get(c) ?? 0) / 1000).toFixed(1)}`).join(", ")}`)
 

@@ -14,6 +14,7 @@
  */
 import { createHash } from "node:crypto"
 import { createServer } from "node:http"
+import { genesisHashes } from "../src/Chains/BitcoinClient.ts"
 import { type ChainName, chainNames, chains } from "../src/Domain/Chain.ts"
 
 /** Typical transactions per block on mainnet (order of magnitude, late 2025). */
@@ -90,16 +91,23 @@ const evmBlock = (chain: ChainName, height: number) => {
   }
 }
 
+/**
+ * A bitcoin block's hash; height 0 is mainnet's genesis block, by which the service checks
+ * that the node is on the configured network before it reads anything else.
+ */
+const bitcoinHash = (height: number) => height === 0 ? genesisHashes.mainnet[0]! : hashOf("bitcoin", height).slice(2)
+
 const bitcoinBlock = (height: number) => ({
-  hash: hashOf("bitcoin", height).slice(2),
+  hash: bitcoinHash(height),
   height,
   time: Math.floor((startedAt - historySeconds * 1000) / 1000 + (height * blockTime("bitcoin")) / 1000),
-  previousblockhash: hashOf("bitcoin", height - 1).slice(2),
+  previousblockhash: bitcoinHash(height - 1),
   tx: Array.from({ length: txPerBlock.bitcoin }, (_, i) => ({
     txid: digest(`bitcoin:${height}:${i}`),
     vout: [0, 1].map((n) => ({
       value: Number((0.001 + ((height * 7 + i * 2 + n) % 100_000) / 1e8).toFixed(8)),
-      scriptPubKey: { address: `bc1q${digest(`btc${height}:${i}:${n}`).slice(0, 38)}` }
+      // P2WPKH to a key hash no watch of the bench holds.
+      scriptPubKey: { hex: `0014${digest(`btc${height}:${i}:${n}`).slice(0, 40)}` }
     }))
   }))
 })
@@ -134,12 +142,12 @@ const answer = (chain: ChainName, call: Call, now: number): unknown => {
       case "getblockcount":
         return result(head)
       case "getblockhash":
-        return result(hashOf("bitcoin", Number(params[0])).slice(2))
+        return result(bitcoinHash(Number(params[0])))
       case "getblock": {
         const wanted = String(params[0])
         // Heights are recent: look back from the head for the hash asked.
         for (let h = head; h >= Math.max(0, head - 100_000); h--) {
-          if (hashOf("bitcoin", h).slice(2) === wanted) return result(bitcoinBlock(h))
+          if (bitcoinHash(h) === wanted) return result(bitcoinBlock(h))
         }
         return { jsonrpc: "2.0", id: call.id, result: null, error: { code: -5, message: "Block not found" } }
       }
