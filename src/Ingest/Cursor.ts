@@ -63,8 +63,9 @@ export class IngestCursors extends Effect.Service<IngestCursors>()("confirmd/Ing
       Effect.asVoid(upsertHeaders(chain, blocks))
 
     /**
-     * Records `blocks` (consecutive, oldest first) as published: the newest is
-     * the cursor, all become headers, and the newest `depth` headers are kept.
+     * Records `blocks` (consecutive, oldest first) as published: the newest is the cursor, all
+     * become headers, and the newest `depth` headers are kept. One statement (atomic, one round
+     * trip on every block's path).
      */
     const advance = (
       chain: ChainName,
@@ -72,11 +73,18 @@ export class IngestCursors extends Effect.Service<IngestCursors>()("confirmd/Ing
       depth: number
     ): Effect.Effect<void, SqlError.SqlError> => {
       const newest = Arr.lastNonEmpty(blocks)
-      return Effect.all([
-        upsertHeaders(chain, blocks.slice(-depth)),
-        setTip(chain, newest),
-        sql`DELETE FROM ingest_headers WHERE chain = ${chain} AND number <= ${String(newest.number - BigInt(depth))}`
-      ], { discard: true }).pipe(sql.withTransaction)
+      const kept = blocks.slice(-depth).map((block) => ({ chain, number: String(block.number), hash: block.hash }))
+      // The CTEs touch disjoint rows: the kept headers are all above the ones forgotten.
+      return sql`
+        WITH kept AS (
+          INSERT INTO ingest_headers ${sql.insert(kept)}
+          ON CONFLICT (chain, number) DO UPDATE SET hash = excluded.hash
+        ), forgotten AS (
+          DELETE FROM ingest_headers WHERE chain = ${chain} AND number <= ${String(newest.number - BigInt(depth))}
+        )
+        INSERT INTO ingest_cursors (chain, number, hash) VALUES (${chain}, ${String(newest.number)}, ${newest.hash})
+        ON CONFLICT (chain) DO UPDATE SET number = excluded.number, hash = excluded.hash, updated_at = clock_timestamp()`
+        .pipe(Effect.asVoid)
     }
 
     /** After a published reorg: forget the orphaned headers and move the cursor back to `to`. */
