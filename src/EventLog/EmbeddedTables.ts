@@ -73,18 +73,18 @@ export const makeEmbeddedTables = (options: TableOptions) =>
     const inTransaction = Effect.map(Effect.serviceOption(SqlClient.TransactionConnection), Option.isSome)
 
     /**
-     * Runs `statement` in a transaction of its own whose commit does not wait for its WAL
-     * flush (inside a caller's transaction: as part of that). Visible at once, and durable no
-     * later than the next commit that does wait, since the WAL is flushed in order: the
-     * ingester's cursor write after a publish, the matcher's next transaction after an offset
-     * commit.
-     * A crash of the database server before then loses the publish together with the cursor
-     * write (the ingester publishes again) or an offset commit (the records are delivered
-     * again). What a publish saves is a disk flush on every block's path to its callback.
+     * A relation of one row that makes the statement reading it commit without waiting for its
+     * WAL flush (`synchronous_commit` set for its own transaction only); inside a caller's
+     * transaction, none: the statement is part of that transaction and commits with it.
+     * Visible at once, and durable no later than the next commit that does wait, since the WAL
+     * is flushed in order: the ingester's cursor write after a publish, the matcher's next
+     * transaction after an offset commit. A crash of the database server before then loses the
+     * publish together with the cursor write (the ingester publishes again) or an offset commit
+     * (the records are delivered again). What a publish saves is a disk flush on every block's
+     * path to its callback; set in the statement itself, it costs no round trip of its own.
      */
-    const unflushed = <A, E, R>(statement: Effect.Effect<A, E, R>) =>
-      Effect.flatMap(inTransaction, (inside) =>
-        inside ? statement : sql.withTransaction(Effect.zipRight(sql`SET LOCAL synchronous_commit = off`, statement)))
+    const unflushed = Effect.map(inTransaction, (inside) =>
+      sql.literal(inside ? "(SELECT 1) AS unflushed" : "(SELECT set_config('synchronous_commit', 'off', true)) AS unflushed"))
 
     /** Creates the topic with `partitions` unless it exists; its partition count either way. */
     const createTopic = (name: string, partitions: number): Effect.Effect<number, SqlError> =>
@@ -132,12 +132,12 @@ export const makeEmbeddedTables = (options: TableOptions) =>
         }
         // One binary parameter: sent as is, where a bytea[] would travel as hex text.
         const values = Buffer.concat(records.map((record) => record.value))
-        return sql`
+        return Effect.flatMap(unflushed, (durability) => sql`
           WITH records AS (
-            SELECT * FROM unnest(
+            SELECT r.* FROM unnest(
               ${columns.topics}::text[], ${columns.partitions}::int4[], ${columns.indexes}::int4[],
               ${columns.keys}::text[], ${columns.starts}::int4[], ${columns.lengths}::int4[], ${columns.headers}::text[]
-            ) AS r (topic, partition, i, key, start, length, headers)
+            ) AS r (topic, partition, i, key, start, length, headers) CROSS JOIN ${durability}
           ),
           counts AS (
             SELECT topic, partition, count(*) AS n FROM records GROUP BY topic, partition
@@ -163,18 +163,17 @@ export const makeEmbeddedTables = (options: TableOptions) =>
             WHERE NOT parts.read AND x.topic = parts.topic AND x.partition = parts.partition
               AND x."offset" < parts.high - ${maxUnreadRecords}
           )
-          SELECT topic, partition, high::text AS high FROM parts`.pipe(
-          unflushed,
+          SELECT topic, partition, high::text AS high FROM parts`).pipe(
           Effect.flatMap((rows) => Effect.orDie(decodeHighs(rows)))
         )
       })
 
     /** Moves the group's position to `next` unless it is further already, and trims. */
     const commit = (groupId: string, topic: string, partition: number, next: bigint): Effect.Effect<void, SqlError> =>
-      sql`
+      Effect.flatMap(unflushed, (durability) => sql`
         WITH moved AS (
           INSERT INTO event_log_readers AS g (topic, partition, group_id, committed)
-          VALUES (${topic}, ${partition}, ${groupId}, ${next.toString()}::int8)
+          SELECT ${topic}::text, ${partition}::int4, ${groupId}::text, ${next.toString()}::int8 FROM ${durability}
           ON CONFLICT (topic, partition, group_id) DO UPDATE SET committed = GREATEST(g.committed, excluded.committed)
           RETURNING committed
         )
@@ -185,10 +184,7 @@ export const makeEmbeddedTables = (options: TableOptions) =>
           AND "offset" < LEAST(
             (SELECT committed FROM moved),
             (SELECT min(coalesce(committed, -1)) FROM event_log_readers
-             WHERE topic = ${topic} AND partition = ${partition} AND group_id <> ${groupId}))`.pipe(
-        unflushed,
-        Effect.asVoid
-      )
+             WHERE topic = ${topic} AND partition = ${partition} AND group_id <> ${groupId}))`).pipe(Effect.asVoid)
 
     /** Per partition of the topic: its high, oldest kept offset (null when empty), the group's commit. */
     const positions = (groupId: string, topic: string): Effect.Effect<ReadonlyArray<PositionRow>, SqlError> =>
