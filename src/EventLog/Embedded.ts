@@ -30,7 +30,7 @@
 import type { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Chunk, Duration, Effect, Layer, Option, Stream, SubscriptionRef } from "effect"
-import { makeEmbeddedTables } from "./EmbeddedTables.ts"
+import { makeEmbeddedTables, type RecordRow } from "./EmbeddedTables.ts"
 import {
   EventLog,
   EventLogError,
@@ -78,11 +78,9 @@ export const makeEmbedded = (
   options: EmbeddedOptions = {}
 ): Effect.Effect<EventLogService, never, SqlClient.SqlClient> =>
   Effect.gen(function*() {
-    const tables = yield* makeEmbeddedTables({
-      maxUnreadRecords: options.maxUnreadRecords ?? 10_000,
-      pageSize: options.pageSize ?? 100,
-      pageBytes: options.pageBytes ?? 4 * 1024 * 1024
-    })
+    const pageSize = options.pageSize ?? 100
+    const pageBytes = options.pageBytes ?? 4 * 1024 * 1024
+    const tables = yield* makeEmbeddedTables({ maxUnreadRecords: options.maxUnreadRecords ?? 10_000, pageSize, pageBytes })
     const pollInterval = Duration.decode(options.pollInterval ?? "500 millis")
     /** Partition counts of the topics this process has used: fixed once a topic exists. */
     const partitionCounts = new Map<string, number>()
@@ -167,20 +165,34 @@ export const makeEmbedded = (
     const page = (topic: string, partition: number, position: bigint) =>
       tables.page(topic, partition, position).pipe(Effect.mapError(failed("consume")))
 
-    /** The next records from `position` on, waiting until there are some. */
-    const nextPage = (topic: string, partition: number, position: bigint) =>
+    /**
+     * The next records from `position` on, waiting until there are some. Unless `readNow`, the
+     * partition is read only once something says it grew: a publish of this process past
+     * `position`, or the poll interval (another replica's publish, or one inside a transaction
+     * that committed later), so a reader that just took every record does not ask again at once.
+     */
+    const nextPage = (topic: string, partition: number, position: bigint, readNow: boolean) =>
       Effect.gen(function*() {
         const woken = yield* publishedRef(topic, partition)
-        const seen = yield* SubscriptionRef.get(woken)
-        const rows = yield* page(topic, partition, position)
-        if (rows.length > 0) return rows
-        const above = seen > position ? seen : position
-        yield* Effect.raceFirst(
-          woken.changes.pipe(Stream.filter((high) => high > above), Stream.runHead),
-          Effect.sleep(pollInterval)
-        )
-        return rows
-      }).pipe(Effect.repeat({ until: (rows) => rows.length > 0 }))
+        let read = readNow
+        while (true) {
+          const seen = yield* SubscriptionRef.get(woken)
+          if (read || seen > position) {
+            const rows = yield* page(topic, partition, position)
+            if (rows.length > 0) return rows
+          }
+          read = true
+          const above = seen > position ? seen : position
+          yield* Effect.raceFirst(
+            woken.changes.pipe(Stream.filter((high) => high > above), Stream.runHead),
+            Effect.sleep(pollInterval)
+          )
+        }
+      })
+
+    /** Whether a page may have stopped short of the partition's end: read on at once. */
+    const full = (rows: ReadonlyArray<RecordRow>) =>
+      rows.length >= pageSize || rows.reduce((bytes, row) => bytes + row.value.byteLength, 0) >= pageBytes
 
     /** Records of one partition from the group's position on, waiting for new ones. */
     const readPartition = (options: SubscribeOptions, topic: string, partition: number): Stream.Stream<Message, EventLogError> =>
@@ -198,8 +210,8 @@ export const makeEmbedded = (
           // Read the position only once owning the partition: the previous owner may have
           // committed up to its last moment.
           const start = yield* startOf(options, topic, partition)
-          return Stream.unfoldChunkEffect(start, (position) =>
-            nextPage(topic, partition, position).pipe(
+          return Stream.unfoldChunkEffect({ position: start, readNow: true }, ({ position, readNow }) =>
+            nextPage(topic, partition, position, readNow).pipe(
               Effect.map((rows) => {
                 const messages = rows.map((row): Message => ({
                   topic,
@@ -210,7 +222,8 @@ export const makeEmbedded = (
                   headers: row.headers,
                   commit: commit(options.groupId, topic, partition, row.offset + 1n)
                 }))
-                return Option.some([Chunk.fromIterable(messages), rows[rows.length - 1]!.offset + 1n] as const)
+                const next = { position: rows[rows.length - 1]!.offset + 1n, readNow: full(rows) }
+                return Option.some([Chunk.fromIterable(messages), next] as const)
               })
             ))
         })
