@@ -82,6 +82,11 @@ export interface ApplyOutcome {
   readonly missing: number
   /** Every state change, to be logged once the transaction has committed. */
   readonly changes: ReadonlyArray<StateChange>
+  /**
+   * Whether the message may have written webhook deliveries or confirmation records: their
+   * readers are woken once the transaction commits (the others wait for nothing new).
+   */
+  readonly wroteOutbox: boolean
 }
 
 export interface StateChange {
@@ -146,7 +151,8 @@ const skipped = (chain: ChainName, type: "block" | "reorg", number: bigint, tran
   orphaned: 0,
   paymentsReorged: 0,
   missing: 0,
-  changes: []
+  changes: [],
+  wroteOutbox: false
 })
 
 /** The transaction bodies of the matcher: `applyOne` applies one message in the caller's transaction. */
@@ -233,7 +239,9 @@ export const makeApply = Effect.gen(function*() {
             txHash: row.tx_hash
           })),
           ...paid.map((row): StateChange => ({ kind: "payment", id: row.id, change: "paid", txHash: row.tx_hash }))
-        ]
+        ],
+        // Accounting records for recorded transfers, donation facts, PAID deliveries and records.
+        wroteOutbox: !nothingToWrite || paid.length > 0
       } satisfies ApplyOutcome
     })
 
@@ -309,7 +317,8 @@ export const makeApply = Effect.gen(function*() {
           id: row.id,
           change: "detection orphaned",
           txHash: row.tx_hash
-        }))
+        })),
+        wroteOutbox: true
       } satisfies ApplyOutcome
     })
 

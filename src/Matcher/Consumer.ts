@@ -16,7 +16,8 @@
  * blocks again from before the reorg: above the cursor of the shorter new chain they would
  * be applied again, and the reorg record, already applied, skipped.
  *
- * After each commit the `Outbox` is told, which wakes the webhook dispatcher and the relay.
+ * After each commit that wrote webhook deliveries or confirmation records the `Outbox` is told,
+ * which wakes the webhook dispatcher and the relay.
  *
  * Any failure (event log, database, an undecodable message, a defect) or an unexpected end
  * ends the subscription; the `Supervisor` logs it and subscribes again after its capped
@@ -111,7 +112,7 @@ export const makeMatcherLoop = Effect.gen(function*() {
       Chunk.toReadonlyArray(Chunk.map(events, (event) => event.source.offset))
     ).pipe(
       // The transaction has committed: only now may the offset move past the messages.
-      Effect.zipLeft(outbox.committed),
+      Effect.tap((outcomes) => outcomes.some((outcome) => outcome.wroteOutbox) ? outbox.committed : Effect.void),
       Effect.zipLeft(last.source.commit),
       Effect.tap((outcomes) => Effect.zipRight(progress, Effect.forEach(outcomes, matcher.record))),
       Effect.tap((outcomes) => Effect.forEach(outcomes, logChanges, { discard: true })),
