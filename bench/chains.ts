@@ -10,7 +10,8 @@
  *   at a time per chain, all chains at once);
  * - then live for `BENCH_LIVE_SECONDS` (60): CPU % of this process, RSS and each chain's head
  *   lag p99 (blocks behind the node, its ingest cursor sampled every 250 ms), against a bare client following
- *   the same ten heads over the same window.
+ *   the same ten heads over the same window; and the statements the service sent to PostgreSQL
+ *   per block meanwhile.
  *
  *   npx tsx bench/chains.ts      (or `run` from bench/index.ts)
  */
@@ -92,6 +93,17 @@ const published = async (cursors: pg.Pool): Promise<Map<string, number>> => {
   const rows = await cursors.query<{ chain: string; number: string }>("SELECT chain, number::text AS number FROM ingest_cursors")
   return new Map(rows.rows.map((row) => [row.chain, Number(row.number)]))
 }
+
+/**
+ * Statements sent to PostgreSQL by every `pg` client of this process (the service's pool and
+ * the sampling's) while `counting`: each is a round trip, and work for the database server.
+ */
+const statements = { count: 0, counting: false }
+const query = pg.Client.prototype.query
+pg.Client.prototype.query = function(this: pg.Client, ...args: Array<unknown>) {
+  if (statements.counting) statements.count++
+  return Reflect.apply(query, this, args)
+} as typeof query
 
 const cpuPercent = (since: NodeJS.CpuUsage, wallMs: number) => {
   const used = process.cpuUsage(since)
@@ -199,9 +211,13 @@ export const run = Effect.gen(function*() {
   // Live: the service alone, sampled.
   const lags = new Map<string, Array<number>>(chainNames.map((c) => [c, []]))
   let rssMb = 0
+  const publishedFrom = yield* Effect.promise(() => published(cursors))
+  let samples = 0
+  statements.counting = true
   const cpuFrom = process.cpuUsage()
   const liveFrom = Date.now()
   while (Date.now() - liveFrom < s.liveSeconds * 1000) {
+    samples++
     const at = yield* Effect.promise(() => published(cursors))
     for (const chain of chainNames) lags.get(chain)!.push(Math.max(0, head(chain) - (at.get(chain) ?? 0)))
     rssMb = Math.max(rssMb, process.memoryUsage().rss / 2 ** 20)
@@ -209,6 +225,11 @@ export const run = Effect.gen(function*() {
   }
   const cpu = cpuPercent(cpuFrom, Date.now() - liveFrom)
   const lagP99 = Object.fromEntries(chainNames.map((c) => [c, p99(lags.get(c)!)]))
+  const publishedTo = yield* Effect.promise(() => published(cursors))
+  statements.counting = false
+  // The sampling's own statements (one per sample, and the last read) are not the service's.
+  const serviceStatements = statements.count - samples - 1
+  const liveBlocks = chainNames.reduce((sum, c) => sum + (publishedTo.get(c) ?? 0) - (publishedFrom.get(c) ?? 0), 0)
 
 
   console.log(
@@ -217,6 +238,10 @@ export const run = Effect.gen(function*() {
   )
   console.log(
     `  head lag p99 (blocks): ${chainNames.map((c) => `${c} ${lagP99[c]} (${chains[c].blockTimeMs} ms blocks)`).join(", ")}`
+  )
+  console.log(
+    `  database: ${serviceStatements} statements for ${liveBlocks} blocks = ${(serviceStatements / liveBlocks).toFixed(1)} per block ` +
+      "(each a round trip, BEGIN and COMMIT included; so are the background loops' polls)"
   )
   return { catchUpMs, bareCatchUpMs, blocks, cpuPercent: cpu, bareCpuPercent: bareCpu, rssMb, lagP99 } satisfies ChainsFigures
 }).pipe(Effect.scoped, Effect.provide(Logger.minimumLogLevel(LogLevel.Error)))
