@@ -213,7 +213,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
           const refs = Arr.map(extending, (block): BlockRef => ({ number: block.number, hash: block.hash }))
           const ref = Arr.lastNonEmpty(refs)
           yield* supervisor.step(`publishing blocks ${refs[0].number}..${ref.number}`)
-          yield* cursors.stage(chain, refs)
+          yield* cursors.stage(chain, refs, state.tip)
           // A run under way is finished on shutdown or when the chain's lock goes.
           yield* Effect.uninterruptible(Effect.zipRight(
             eventLog.publish(outgoingBlocks(

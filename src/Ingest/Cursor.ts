@@ -25,6 +25,12 @@ const PublishedRow = Schema.Struct({
   updated_at: Schema.Union(Schema.DateFromSelf, Schema.Date)
 })
 const decodePublished = Schema.decodeUnknown(Schema.Array(PublishedRow))
+const decodeOurs = Schema.decodeUnknown(Schema.Array(Schema.Struct({ ours: Schema.Boolean })))
+
+/** The chain's cursor is not where this ingester left it: another ingester has moved it since. */
+export class CursorMoved extends Schema.TaggedError<CursorMoved>()("CursorMoved", { message: Schema.String }) {}
+
+const describe = (at: Tip | null) => at === null ? "no block" : `block ${at.number} (${at.hash ?? "hash unknown"})`
 
 /** A chain's cursor as operators see it: the newest published block, and when it moved. */
 export interface Published {
@@ -49,18 +55,47 @@ export class IngestCursors extends Effect.Service<IngestCursors>()("confirmd/Ing
         Effect.flatMap((rows) => Effect.orDie(decodeRefs(rows)))
       )
 
-    const upsertHeaders = (chain: ChainName, blocks: ReadonlyArray<BlockRef>) =>
-      sql`INSERT INTO ingest_headers ${sql.insert(blocks.map((block) => ({ chain, number: String(block.number), hash: block.hash })))}
-          ON CONFLICT (chain, number) DO UPDATE SET hash = excluded.hash`
-
     /**
      * Records `blocks` (a run, oldest first) as about to be published, before it is. A run
      * that reaches the log and then fails to move the cursor leaves its headers above the
      * cursor: the next attempt that fetches another block at such a height publishes a reorg
      * record first, since the log may hold the block it replaces (see ChainIngester.ts).
+     *
+     * Only while the cursor is still `expected` (the ingester's own tip; null: no cursor yet),
+     * in the same statement; otherwise nothing is staged and it fails with `CursorMoved`, so
+     * the run is not published. An ingester that lost its chain's lock without knowing it (a
+     * replica frozen past its lock session) thus stops at its next run once the chain's new
+     * ingester has moved the cursor, instead of publishing blocks it fetched before.
      */
-    const stage = (chain: ChainName, blocks: Arr.NonEmptyReadonlyArray<BlockRef>): Effect.Effect<void, SqlError.SqlError> =>
-      Effect.asVoid(upsertHeaders(chain, blocks))
+    const stage = (
+      chain: ChainName,
+      blocks: Arr.NonEmptyReadonlyArray<BlockRef>,
+      expected: Tip | null
+    ): Effect.Effect<void, SqlError.SqlError | CursorMoved> => {
+      const stillOurs = expected === null
+        ? sql`NOT EXISTS (SELECT 1 FROM ingest_cursors WHERE chain = ${chain})`
+        : sql`EXISTS (SELECT 1 FROM ingest_cursors WHERE chain = ${chain}
+                      AND number = ${String(expected.number)} AND hash IS NOT DISTINCT FROM ${expected.hash}::text)`
+      return sql`
+        WITH ours AS MATERIALIZED (SELECT ${stillOurs} AS ours),
+        staged AS (
+          INSERT INTO ingest_headers (chain, number, hash)
+          SELECT ${chain}, r.number, r.hash
+          FROM unnest(${blocks.map((block) => String(block.number))}::int8[], ${blocks.map((block) => block.hash)}::text[])
+            AS r (number, hash)
+          WHERE (SELECT ours FROM ours)
+          ON CONFLICT (chain, number) DO UPDATE SET hash = excluded.hash
+        )
+        SELECT ours FROM ours`.pipe(
+        Effect.flatMap((rows) => Effect.orDie(decodeOurs(rows))),
+        Effect.flatMap((rows) =>
+          rows[0]?.ours === true ? Effect.void : Effect.flatMap(tip(chain), (found) =>
+            Effect.fail(new CursorMoved({
+              message: `the chain's cursor is at ${describe(Option.getOrNull(found))}, not at ${describe(expected)} ` +
+                "where this ingester left it: another ingester moved it"
+            }))))
+      )
+    }
 
     /**
      * Records `blocks` (consecutive, oldest first) as published: the newest is the cursor, all

@@ -5,6 +5,7 @@ import { execFileSync } from "node:child_process"
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import * as path from "node:path"
+import pg from "pg"
 import { createTestClient, createWalletClient, http, type Hash } from "viem"
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts"
 import { EventLogError, type EventLogService } from "../../src/EventLog/EventLog.ts"
@@ -243,6 +244,29 @@ describe.each(logKinds)("ChainIngester on anvil through the %s EventLog", (kind)
       expect(new Set(numbers)).toEqual(new Set([3n, 4n, 5n, 6n, 7n, 8n]))
       expect(messages.filter((m) => m.type === "reorg")).toEqual([])
       expect(canonical(messages).gaps).toEqual([])
+    }))
+
+  it.scopedLive("an ingester whose cursor another ingester moved neither publishes what it fetched nor overwrites the cursor: it goes on from there", () =>
+    Effect.gen(function*() {
+      const { database, eventLog, node, seen, test } = yield* onOwnAnvil(kind)
+      yield* Effect.promise(() => test.mine({ blocks: 5 }))
+      const registry = yield* startIngesters(eventLog, env(database.url, node.url, { START_BLOCK_ETHEREUM: "1" }))
+      yield* statusUntil(registry, "ethereum", (s) => s.lastPublished?.number === 5n, 60)
+      // Meanwhile the chain's ingester on another replica (this one lost the chain's lock
+      // without knowing it) has published up to block 3 and left the cursor there.
+      const third = yield* blockHashAt(node.url, 3n)
+      yield* Effect.promise(async () => {
+        const pool = new pg.Pool({ connectionString: database.url, max: 1 })
+        await pool.query("UPDATE ingest_cursors SET number = 3, hash = $1 WHERE chain = 'ethereum'", [third])
+        await pool.end()
+      })
+      const before = blocksOf(yield* Ref.get(seen)).length
+      yield* Effect.promise(() => test.mine({ blocks: 1 }))
+
+      const status = yield* statusUntil(registry, "ethereum", (s) => s.restarts >= 1 && s.lastPublished?.number === 6n, 60)
+      expect(status.lastError).toContain("another ingester moved it")
+      const after = blocksOf(yield* until(Ref.get(seen), (all) => blocksOf(all).at(-1)?.number === 6n, 60)).slice(before)
+      expect(after.map((block) => block.number)).toEqual([4n, 5n, 6n])
     }))
 
   it.scopedLive("a run that reached the log before its cursor moved, then replaced by the chain, is followed by a reorg record before its replacement", () =>
