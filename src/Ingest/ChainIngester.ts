@@ -8,7 +8,9 @@
  * cursor write publishes that run again, and consumers are idempotent. A run's headers are
  * staged before it is published, so that when the chain has meanwhile replaced one of its
  * blocks, the next attempt publishes a reorg record before the replacement instead of a
- * second block at a height the log may already hold.
+ * second block at a height the log may already hold. Staging also checks that the cursor is
+ * still where this ingester left it: when another ingester has moved it (this replica lost
+ * the chain's lock without knowing it), the run is not published and the attempt fails.
  *
  * Finality (EVM chains): each poll that finds new blocks also asks the node for its
  * `finalized` block, beside fetching the blocks (one call per poll, however many blocks), and
