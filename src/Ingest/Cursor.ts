@@ -55,6 +55,16 @@ export class IngestCursors extends Effect.Service<IngestCursors>()("confirmd/Ing
         Effect.flatMap((rows) => Effect.orDie(decodeRefs(rows)))
       )
 
+    /** Upserts `blocks` as the chain's headers, when `condition` holds (one statement text, whatever the count). */
+    const upsertHeaders = (chain: ChainName, blocks: ReadonlyArray<BlockRef>, condition = sql`true`) =>
+      sql`
+        INSERT INTO ingest_headers (chain, number, hash)
+        SELECT ${chain}, r.number, r.hash
+        FROM unnest(${blocks.map((block) => String(block.number))}::int8[], ${blocks.map((block) => block.hash)}::text[])
+          AS r (number, hash)
+        WHERE ${condition}
+        ON CONFLICT (chain, number) DO UPDATE SET hash = excluded.hash`
+
     /**
      * Records `blocks` (a run, oldest first) as about to be published, before it is. A run
      * that reaches the log and then fails to move the cursor leaves its headers above the
@@ -78,14 +88,7 @@ export class IngestCursors extends Effect.Service<IngestCursors>()("confirmd/Ing
                       AND number = ${String(expected.number)} AND hash IS NOT DISTINCT FROM ${expected.hash}::text)`
       return sql`
         WITH ours AS MATERIALIZED (SELECT ${stillOurs} AS ours),
-        staged AS (
-          INSERT INTO ingest_headers (chain, number, hash)
-          SELECT ${chain}, r.number, r.hash
-          FROM unnest(${blocks.map((block) => String(block.number))}::int8[], ${blocks.map((block) => block.hash)}::text[])
-            AS r (number, hash)
-          WHERE (SELECT ours FROM ours)
-          ON CONFLICT (chain, number) DO UPDATE SET hash = excluded.hash
-        )
+        staged AS (${upsertHeaders(chain, blocks, sql`(SELECT ours FROM ours)`)})
         SELECT ours FROM ours`.pipe(
         Effect.flatMap((rows) => Effect.orDie(decodeOurs(rows))),
         Effect.flatMap((rows) =>
@@ -108,18 +111,13 @@ export class IngestCursors extends Effect.Service<IngestCursors>()("confirmd/Ing
       depth: number
     ): Effect.Effect<void, SqlError.SqlError> => {
       const newest = Arr.lastNonEmpty(blocks)
-      const kept = blocks.slice(-depth).map((block) => ({ chain, number: String(block.number), hash: block.hash }))
       // The CTEs touch disjoint rows: the kept headers are all above the ones forgotten.
       return sql`
-        WITH kept AS (
-          INSERT INTO ingest_headers ${sql.insert(kept)}
-          ON CONFLICT (chain, number) DO UPDATE SET hash = excluded.hash
-        ), forgotten AS (
+        WITH kept AS (${upsertHeaders(chain, blocks.slice(-depth))}),
+        forgotten AS (
           DELETE FROM ingest_headers WHERE chain = ${chain} AND number <= ${String(newest.number - BigInt(depth))}
         )
-        INSERT INTO ingest_cursors (chain, number, hash) VALUES (${chain}, ${String(newest.number)}, ${newest.hash})
-        ON CONFLICT (chain) DO UPDATE SET number = excluded.number, hash = excluded.hash, updated_at = clock_timestamp()`
-        .pipe(Effect.asVoid)
+        ${setTip(chain, newest)}`.pipe(Effect.asVoid)
     }
 
     /** After a published reorg: forget the orphaned headers and move the cursor back to `to`. */
