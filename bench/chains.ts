@@ -10,13 +10,20 @@
  *   at a time per chain, all chains at once);
  * - then live for `BENCH_LIVE_SECONDS` (60): CPU % of this process, RSS and each chain's head
  *   lag p99 (blocks behind the node, its ingest cursor sampled every 250 ms), against a bare client following
- *   the same ten heads over the same window; and the statements the service sent to PostgreSQL
- *   per block meanwhile.
+ *   the same ten heads over the same window (asking each node for its head every half block time,
+ *   then for the new blocks with their receipts and, on EVM chains, the finalized block); and the
+ *   statements the service sent to PostgreSQL per block meanwhile.
+ *
+ * `BENCH_CPU_PROFILE=<file>.cpuprofile` also writes V8 CPU profiles of this process over the
+ * catch-up (`<file>.catch-up.cpuprofile`) and the live window (`<file>.cpuprofile`); the
+ * sampling's own cost makes that run's figures higher.
  *
  *   npx tsx bench/chains.ts      (or `run` from bench/index.ts)
  */
-import { Config, Effect, Logger, LogLevel } from "effect"
+import { Config, Effect, Logger, LogLevel, Option } from "effect"
 import { spawn } from "node:child_process"
+import { writeFileSync } from "node:fs"
+import * as inspector from "node:inspector/promises"
 import { createRequire } from "node:module"
 import { resolve } from "node:path"
 import { pathToFileURL } from "node:url"
@@ -31,7 +38,27 @@ const settings = Config.all({
   outageSeconds: Config.integer("BENCH_OUTAGE_SECONDS").pipe(Config.withDefault(300)),
   liveSeconds: Config.integer("BENCH_LIVE_SECONDS").pipe(Config.withDefault(60)),
   background: Config.integer("BENCH_BACKGROUND_WATCHES").pipe(Config.withDefault(100_000)),
-  kafkaBrokers: Config.string("KAFKA_BROKERS").pipe(Config.withDefault(""))
+  kafkaBrokers: Config.string("KAFKA_BROKERS").pipe(Config.withDefault("")),
+  cpuProfile: Config.option(Config.string("BENCH_CPU_PROFILE"))
+})
+
+/**
+ * With a file name, a V8 CPU profile of this process from now until `stop`, written there (open
+ * it in Chrome's DevTools or speedscope): where the service's CPU goes. The sampling costs CPU
+ * too: figures of a profiled run are not comparable with others.
+ */
+const cpuProfiler = (file: Option.Option<string>) => Effect.gen(function*() {
+  if (Option.isNone(file)) return { stop: Effect.void }
+  const session = new inspector.Session()
+  session.connect()
+  yield* Effect.promise(() => session.post("Profiler.enable").then(() => session.post("Profiler.start")))
+  return {
+    stop: Effect.promise(async () => {
+      const { profile } = await session.post("Profiler.stop")
+      writeFileSync(file.value, JSON.stringify(profile))
+      session.disconnect()
+    })
+  }
 })
 
 const tsxLoader = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href
@@ -73,6 +100,17 @@ const fetchBlock = async (base: string, chain: ChainName, height: number) => {
     const tag = `0x${height.toString(16)}`
     await Promise.all([rpc(url, "eth_getBlockByNumber", [tag, true]), rpc(url, "eth_getBlockReceipts", [tag])])
   }
+}
+
+/**
+ * The bare client's poll: the node's head, asked as the service asks it (the finalized block
+ * too, beside the new blocks, on EVM chains).
+ */
+const nodeHead = async (base: string, chain: ChainName): Promise<number> => {
+  const url = `${base}/${chain}`
+  return chain === "bitcoin"
+    ? Number(await rpc(url, "getblockcount", []))
+    : Number(BigInt(String(await rpc(url, "eth_blockNumber", []))))
 }
 
 /** Fetches heights `from ..= to` of `chain`, eight at a time. */
@@ -144,7 +182,8 @@ export const run = Effect.gen(function*() {
     Promise.all(chainNames.map(async (chain) => {
       let next = head(chain) + 1
       while (Date.now() - bareStartLive < s.liveSeconds * 1000) {
-        const now = head(chain)
+        const now = await nodeHead(base, chain)
+        if (next <= now && chain !== "bitcoin") await rpc(`${base}/${chain}`, "eth_getBlockByNumber", ["finalized", false])
         while (next <= now) await fetchBlock(base, chain, next++)
         await new Promise((r) => setTimeout(r, Math.min(10_000, Math.max(250, blockTime(chain) / 2))))
       }
@@ -186,6 +225,7 @@ export const run = Effect.gen(function*() {
   })
 
   const started = Date.now()
+  const catchUpProfiler = yield* cpuProfiler(Option.map(s.cpuProfile, (f) => f.replace(/\.cpuprofile$/, "") + ".catch-up.cpuprofile"))
   const catchUpCpuFrom = process.cpuUsage()
   yield* app(false)
   const cursors = new pg.Pool({ connectionString: database.url, max: 1 })
@@ -199,6 +239,7 @@ export const run = Effect.gen(function*() {
     if (Date.now() - started > 30 * 60_000) return yield* Effect.dieMessage("catch-up took more than 30 minutes")
     yield* Effect.sleep("250 millis")
   }
+  yield* catchUpProfiler.stop
   const catchUpMs = Math.max(...done.values())
   const catchUpCpu = cpuPercent(catchUpCpuFrom, Date.now() - started)
   console.log(
@@ -214,6 +255,7 @@ export const run = Effect.gen(function*() {
   const publishedFrom = yield* Effect.promise(() => published(cursors))
   let samples = 0
   statements.counting = true
+  const profiler = yield* cpuProfiler(s.cpuProfile)
   const cpuFrom = process.cpuUsage()
   const liveFrom = Date.now()
   while (Date.now() - liveFrom < s.liveSeconds * 1000) {
@@ -224,6 +266,7 @@ export const run = Effect.gen(function*() {
     yield* Effect.sleep("250 millis")
   }
   const cpu = cpuPercent(cpuFrom, Date.now() - liveFrom)
+  yield* profiler.stop
   const lagP99 = Object.fromEntries(chainNames.map((c) => [c, p99(lags.get(c)!)]))
   const publishedTo = yield* Effect.promise(() => published(cursors))
   statements.counting = false
