@@ -1,7 +1,8 @@
 /**
- * Start to serving: from spawning `npm start`'s process (`node dist/main.js`, rebuilt first from
- * the current sources) to its first 200 on `/health` (which answers only once the database
- * does), `BENCH_STARTS` (3) times each:
+ * Start to serving: from spawning `npm start`'s process (its command line in package.json,
+ * `node --max-semi-space-size=32 dist/main.js`, rebuilt first from the current sources) to its
+ * first 200 on `/health` (which answers only once the database does), `BENCH_STARTS` (3) times
+ * each:
  *
  * - on PostgreSQL, a fresh database of `DATABASE_URL`: the first start applies the migrations,
  *   the others are restarts, as after a crash;
@@ -16,13 +17,14 @@
  */
 import { Config, Effect, Option } from "effect"
 import { execFileSync, spawn } from "node:child_process"
-import { mkdtempSync, rmSync } from "node:fs"
+import { mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import * as path from "node:path"
 import { freePort, stop } from "../test/support/Service.ts"
 import { freshDatabase } from "./matcher.ts"
 
 const repo = path.resolve(import.meta.dirname, "..")
+const packageJson = JSON.parse(readFileSync(path.join(repo, "package.json"), "utf8")) as { scripts: { start: string } }
 
 const settings = Config.all({
   starts: Config.integer("BENCH_STARTS").pipe(Config.withDefault(3)),
@@ -96,7 +98,8 @@ const ms = (values: ReadonlyArray<number>) => values.map((v) => v.toFixed(0)).jo
 export const run = Effect.gen(function*() {
   const s = yield* settings
   yield* Effect.sync(() => execFileSync(process.execPath, ["build.mjs"], { cwd: repo, stdio: "ignore" }))
-  const service = ["dist/main.js"]
+  // `npm start`'s own command line (its V8 flags and the bundle), without `node`.
+  const service = packageJson.scripts.start.split(" ").slice(1)
   const postgres = yield* Option.match(s.databaseUrl, {
     onNone: () => Effect.succeedNone,
     onSome: (url) =>
