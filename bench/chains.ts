@@ -11,8 +11,9 @@
  * - then live for `BENCH_LIVE_SECONDS` (60): CPU % of this process, RSS and each chain's head
  *   lag p99 (blocks behind the node, its ingest cursor sampled every 250 ms), against a bare client following
  *   the same ten heads over the same window (asking each node for its head every half block time,
- *   then for the new blocks with their receipts and, on EVM chains, the finalized block); and the
- *   statements the service sent to PostgreSQL per block meanwhile.
+ *   then for the new blocks with their receipts and, on EVM chains, the finalized block); the
+ *   statements the service sent to PostgreSQL per block meanwhile; and the calls each made to
+ *   the nodes per block.
  *
  * `BENCH_CPU_PROFILE=<file>.cpuprofile` also writes V8 CPU profiles of this process over the
  * catch-up (`<file>.catch-up.cpuprofile`) and the live window (`<file>.cpuprofile`); the
@@ -32,7 +33,7 @@ import { type ChainName, chainNames, chains } from "../src/Domain/Chain.ts"
 import { freshDatabase } from "../test/support/Database.ts"
 import { makeTestApp } from "../test/support/TestApp.ts"
 import { addWatches } from "./payments.ts"
-import { blockTime, headAt } from "./syntheticChains.ts"
+import { blockTime, headAt, type NodeStats } from "./syntheticChains.ts"
 
 const settings = Config.all({
   outageSeconds: Config.integer("BENCH_OUTAGE_SECONDS").pipe(Config.withDefault(300)),
@@ -113,6 +114,16 @@ const nodeHead = async (base: string, chain: ChainName): Promise<number> => {
     : Number(BigInt(String(await rpc(url, "eth_blockNumber", []))))
 }
 
+/** What the synthetic chains' server was asked so far. */
+const nodeStats = (base: string) =>
+  Effect.promise(() => fetch(`${base}/stats`).then((response) => response.json() as Promise<NodeStats>))
+
+/** Calls and requests per block between two readings of `nodeStats`. */
+const perBlock = (from: NodeStats, to: NodeStats, blocks: number) => ({
+  calls: (to.calls - from.calls) / Math.max(1, blocks),
+  requests: (to.requests - from.requests) / Math.max(1, blocks)
+})
+
 /** Fetches heights `from ..= to` of `chain`, eight at a time. */
 const fetchRange = async (base: string, chain: ChainName, from: number, to: number) => {
   let next = from
@@ -176,6 +187,8 @@ export const run = Effect.gen(function*() {
   const bareCatchUpMs = Date.now() - bareStart
   const blocks = ranges.reduce((sum, { to }) => sum + to + 1, 0)
   // The bare client following the ten heads live for the window the service gets below.
+  const bareAsked = yield* nodeStats(base)
+  let bareBlocks = 0
   const bareFrom = process.cpuUsage()
   const bareStartLive = Date.now()
   yield* Effect.promise(() =>
@@ -184,11 +197,12 @@ export const run = Effect.gen(function*() {
       while (Date.now() - bareStartLive < s.liveSeconds * 1000) {
         const now = await nodeHead(base, chain)
         if (next <= now && chain !== "bitcoin") await rpc(`${base}/${chain}`, "eth_getBlockByNumber", ["finalized", false])
-        while (next <= now) await fetchBlock(base, chain, next++)
+        for (; next <= now; next++, bareBlocks++) await fetchBlock(base, chain, next)
         await new Promise((r) => setTimeout(r, Math.min(10_000, Math.max(250, blockTime(chain) / 2))))
       }
     })))
   const bareCpu = cpuPercent(bareFrom, Date.now() - bareStartLive)
+  const bareNode = perBlock(bareAsked, yield* nodeStats(base), bareBlocks)
 
   const prefix = `bench${Date.now()}`
   const env = (startAtHead: boolean) => ({
@@ -253,6 +267,7 @@ export const run = Effect.gen(function*() {
   const lags = new Map<string, Array<number>>(chainNames.map((c) => [c, []]))
   let rssMb = 0
   const publishedFrom = yield* Effect.promise(() => published(cursors))
+  const serviceAsked = yield* nodeStats(base)
   let samples = 0
   statements.counting = true
   const profiler = yield* cpuProfiler(s.cpuProfile)
@@ -273,6 +288,7 @@ export const run = Effect.gen(function*() {
   // The sampling's own statements (one per sample, and the last read) are not the service's.
   const serviceStatements = statements.count - samples - 1
   const liveBlocks = chainNames.reduce((sum, c) => sum + (publishedTo.get(c) ?? 0) - (publishedFrom.get(c) ?? 0), 0)
+  const serviceNode = perBlock(serviceAsked, yield* nodeStats(base), liveBlocks)
 
 
   console.log(
@@ -285,6 +301,11 @@ export const run = Effect.gen(function*() {
   console.log(
     `  database: ${serviceStatements} statements for ${liveBlocks} blocks = ${(serviceStatements / liveBlocks).toFixed(1)} per block ` +
       "(each a round trip, BEGIN and COMMIT included; so are the background loops' polls)"
+  )
+  console.log(
+    `  nodes asked per block: service ${serviceNode.calls.toFixed(1)} JSON-RPC calls in ${serviceNode.requests.toFixed(1)} HTTP requests, ` +
+      `bare follower ${bareNode.calls.toFixed(1)} in ${bareNode.requests.toFixed(1)} (heads, blocks, receipts, finalized; ` +
+      "the service also checks an idle head's hash for a fork)"
   )
   return { catchUpMs, bareCatchUpMs, blocks, cpuPercent: cpu, bareCpuPercent: bareCpu, rssMb, lagP99 } satisfies ChainsFigures
 }).pipe(Effect.scoped, Effect.provide(Logger.minimumLogLevel(LogLevel.Error)))

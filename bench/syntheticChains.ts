@@ -10,6 +10,7 @@
  *
  * Run as its own process (so that its CPU is not the service's):
  *   npx tsx bench/syntheticChains.ts    prints `{"port":…,"startedAt":…}` on stdout
+ * `GET /stats` answers what it was asked so far (`NodeStats`).
  * `BENCH_BLOCK_TIME_SCALE` (1) multiplies every block time.
  */
 import { createHash } from "node:crypto"
@@ -190,14 +191,26 @@ const answer = (chain: ChainName, call: Call, now: number): unknown => {
   return { jsonrpc: "2.0", id: call.id, error: { code: -32601, message: `method ${call.method} not served` } }
 }
 
+/** What the server was asked so far: HTTP requests, and JSON-RPC calls (a batch counts each of its calls). */
+export interface NodeStats {
+  readonly requests: number
+  readonly calls: number
+}
+
 if (import.meta.url === `file://${process.argv[1]}`) {
+  const stats = { requests: 0, calls: 0 }
   const server = createServer((request, response) => {
+    if (request.url === "/stats") {
+      return void response.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(stats))
+    }
     const chunks: Array<Buffer> = []
     request.on("data", (chunk: Buffer) => chunks.push(chunk))
     request.on("end", () => {
       const chain = (request.url ?? "/").slice(1).split("/")[0] as ChainName
       if (!chainNames.includes(chain)) return void response.writeHead(404).end()
       const body = JSON.parse(Buffer.concat(chunks).toString()) as Call | ReadonlyArray<Call>
+      stats.requests++
+      stats.calls += Array.isArray(body) ? body.length : 1
       const now = Date.now()
       const out = Array.isArray(body) ? body.map((call) => answer(chain, call, now)) : answer(chain, body as Call, now)
       response.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(out))
