@@ -103,10 +103,7 @@ const fetchBlock = async (base: string, chain: ChainName, height: number) => {
   }
 }
 
-/**
- * The bare client's poll: the node's head, asked as the service asks it (the finalized block
- * too, beside the new blocks, on EVM chains).
- */
+/** The bare client's poll: the node's head, asked as the service asks it. */
 const nodeHead = async (base: string, chain: ChainName): Promise<number> => {
   const url = `${base}/${chain}`
   return chain === "bitcoin"
