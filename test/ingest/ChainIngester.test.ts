@@ -252,6 +252,8 @@ describe.each(logKinds)("ChainIngester on anvil through the %s EventLog", (kind)
       yield* Effect.promise(() => test.mine({ blocks: 5 }))
       const registry = yield* startIngesters(eventLog, env(database.url, node.url, { START_BLOCK_ETHEREUM: "1" }))
       yield* statusUntil(registry, "ethereum", (s) => s.lastPublished?.number === 5n, 60)
+      // Everything published so far has been read (the log's reader may lag behind the publish).
+      const before = blocksOf(yield* until(Ref.get(seen), (all) => blocksOf(all).some((b) => b.number === 5n), 60)).length
       // Meanwhile the chain's ingester on another replica (this one lost the chain's lock
       // without knowing it) has published up to block 3 and left the cursor there.
       const third = yield* blockHashAt(node.url, 3n)
@@ -260,7 +262,6 @@ describe.each(logKinds)("ChainIngester on anvil through the %s EventLog", (kind)
         await pool.query("UPDATE ingest_cursors SET number = 3, hash = $1 WHERE chain = 'ethereum'", [third])
         await pool.end()
       })
-      const before = blocksOf(yield* Ref.get(seen)).length
       yield* Effect.promise(() => test.mine({ blocks: 1 }))
 
       const status = yield* statusUntil(registry, "ethereum", (s) => s.restarts >= 1 && s.lastPublished?.number === 6n, 60)
