@@ -7,13 +7,17 @@
  * 1. to the payment an orphaned copy of it was attributed to (the same transaction, recipient,
  *    asset and amount: the chain moved it, and it keeps its attribution);
  * 2. to the open watch whose amount it matches exactly (a signup intent or challenge is
- *    confirmed by it; those match exactly only), a payment the sweeper expired included when
- *    the block is from before its expiry (a reorg replaced the block the sweeper went by);
+ *    confirmed by it; those match exactly only);
  * 3. to the underpaid open payment whose exact remainder it matches;
  * 4. when exactly one payment is open on that address, chain and asset, to that payment;
  * 5. to the one payment expired within the late window whose amount (or remainder) it
  *    matches exactly: paid late, the payment stays EXPIRED;
  * 6. else to none (unattributed).
+ *
+ * A payment is open at a block from before its expiry even when the sweeper has expired it
+ * since: the sweeper went by a later block that a reorg has replaced. A transfer in time pays
+ * it as any other (it is PENDING again), and one taken as paid late before, mined again in
+ * time, is in time.
  */
 import type { TransferMessage } from "../Ingest/BlockMessage.ts"
 import type { AccountingEvent } from "../Outbox/AccountingRecords.ts"
@@ -61,8 +65,13 @@ export interface PaymentCandidate {
   /** The transfer that brought it to its amount was seen (`tx_hash` set). */
   readonly complete: boolean
   readonly status: PaymentStatus
-  /** Open at this block: watch open, created before the block, not expired at the block's time. */
+  /**
+   * Open at this block: watch open, created before the block, not PAID and not expired at the
+   * block's time (an EXPIRED one included: see above).
+   */
   readonly open: boolean
+  /** Not PAID, created before the block, and the block is from before its expiry. */
+  readonly inTime: boolean
   /** Expired at the block's time, within the late window, not PAID. */
   readonly late: boolean
 }
@@ -123,7 +132,7 @@ interface Working {
   received: bigint
   completedBy: BlockTransfer | null
   paidLate: boolean
-  /** EXPIRED, and paid in time by this block's exact transfer: PENDING again (see `choose`). */
+  /** EXPIRED, and paid in time by this block: PENDING again (see `choose`). */
   revived: boolean
 }
 
@@ -144,20 +153,27 @@ export const attribute = (transfers: ReadonlyArray<BlockTransfer>, candidates: C
   const donations: Array<{ kind: "intent" | "challenge"; id: string; txHash: string }> = []
   const recorded: Array<RecordedTransfer> = []
 
-  /** `revives`: the exact transfer of an EXPIRED payment, from a block before its expiry. */
+  /** `revives`: an EXPIRED payment paid in time by this block, PENDING again. */
   const choose = (
     t: BlockTransfer,
     index: number
   ): { working: Working; attribution: Attribution; revives?: boolean } | null => {
+    const revives = (w: Working) => w.candidate.status === "EXPIRED" && !isComplete(w)
     const remined = candidates.remined.get(index)
     const reminedTo = remined === undefined ? undefined : byId.get(remined.paymentId)
-    if (remined !== undefined && reminedTo !== undefined) return { working: reminedTo, attribution: remined.attribution }
+    if (remined !== undefined && reminedTo !== undefined) {
+      if (!reminedTo.candidate.inTime || isComplete(reminedTo)) return { working: reminedTo, attribution: remined.attribution }
+      // In time on this block: taken as paid late on the orphaned one, it is now what a transfer
+      // of that amount in time is.
+      const attribution = remined.attribution !== "late" ? remined.attribution
+        : reminedTo.received > 0n && remainder(reminedTo) === t.amount ? "remainder"
+        : "exact"
+      return { working: reminedTo, attribution, revives: revives(reminedTo) }
+    }
     const here = byAddress.get(addressKey(t.address, t.asset)) ?? []
     const exact = candidates.exact.get(index)
     if (exact !== undefined && exact.kind === "payment") {
       const w = byId.get(exact.id)
-      // An EXPIRED payment whose exact transfer is in a block from before its expiry was paid in
-      // time: the sweeper expired it after a block that a reorg has since replaced.
       if (w !== undefined && exact.live && !isComplete(w)) {
         if (w.candidate.status === "PENDING") return { working: w, attribution: "exact" }
         if (w.candidate.status === "EXPIRED" && remainder(w) > 0n) return { working: w, attribution: "exact", revives: true }
@@ -166,10 +182,10 @@ export const attribute = (transfers: ReadonlyArray<BlockTransfer>, candidates: C
     // Only the one underpaid payment of that remainder: with two (of any accounts), the
     // transfer could be either payer's, and crediting one by its id would be a guess.
     const topUps = here.filter((w) => w.candidate.open && w.received > 0n && !isComplete(w) && remainder(w) === t.amount)
-    if (topUps.length === 1) return { working: topUps[0]!, attribution: "remainder" }
+    if (topUps.length === 1) return { working: topUps[0]!, attribution: "remainder", revives: revives(topUps[0]!) }
     if (candidates.openCount.get(addressKey(t.address, t.asset)) === 1) {
       const sole = here.filter((w) => w.candidate.open)
-      if (sole.length === 1) return { working: sole[0]!, attribution: "sole" }
+      if (sole.length === 1) return { working: sole[0]!, attribution: "sole", revives: revives(sole[0]!) }
     }
     // An expired payment still short: the one whose remainder it is, else the one whose whole
     // amount it is (a payer told it expired may send all of it again).

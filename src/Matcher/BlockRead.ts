@@ -19,6 +19,7 @@ const CandidatesJson = Schema.Struct({
     complete: Schema.Boolean,
     status: Schema.Literal("PENDING", "PAID", "EXPIRED"),
     open: Schema.Boolean,
+    in_time: Schema.Boolean,
     late: Schema.Boolean
   })),
   exact: Schema.Array(Schema.Struct({
@@ -132,8 +133,8 @@ const lockedCursor = (c: typeof CursorJson.Type): LockedCursor => ({
  * everything the block's transfers could be attributed to, as it stands before the block: the
  * open watch of each transfer's exact amount, the underpaid open payments, up to two open
  * payments per address (counted; the payment itself only where it is the only one), payments
- * expired within the late window whose amount or remainder a transfer matches, and payments
- * that orphaned copies of these transfers were attributed to. Only index lookups per address: a
+ * expired (within the late window, or by the sweeper after a block a reorg replaced) whose
+ * amount or remainder a transfer matches, and payments that orphaned copies of these transfers were attributed to. Only index lookups per address: a
  * busy address with many open payments costs a few rows, not all of them.
  *
  * The read shares the statement's snapshot, taken before the lock was granted: `current` says
@@ -208,12 +209,14 @@ export const readBlock = (
         AND p.chain = ${block.chain} AND w.open AND COALESCE(w.start_block, -1) < ${n}::bigint
         AND (p.address, w.asset) IN (SELECT address, asset FROM a)
     ),
-    -- Expired payments, whose watches may be closed already: every address of the block is looked at.
+    -- Expired payments, whose watches may be closed already: every address of the block is looked
+    -- at. Within the late window at the block's time, or not yet expired at it (the sweeper went by
+    -- a block a reorg replaced since).
     late_expired AS (
       SELECT p.id, a.address, a.asset, p.amount_smallest AS amount, p.amount_smallest - p.amount_received AS remainder
       FROM (SELECT DISTINCT address, asset FROM t) a
       JOIN payments p ON p.status = 'EXPIRED' AND p.chain = ${block.chain} AND p.address = a.address
-        AND p.expires_at <= ${bt} AND p.expires_at > ${lateFrom}
+        AND p.expires_at > ${lateFrom}
       JOIN watches w ON w.id = p.id AND w.asset = a.asset
       WHERE p.tx_hash IS NULL AND COALESCE(w.start_block, -1) < ${n}::bigint
     ),
@@ -259,7 +262,8 @@ export const readBlock = (
     pay AS (
       SELECT p.id, p.account_id, p.address, w.asset, p.amount_smallest::text AS amount, p.amount_received::text AS received,
              p.tx_hash IS NOT NULL AS complete, p.status,
-             (w.open AND p.status = 'PENDING' AND p.expires_at > ${bt} AND COALESCE(w.start_block, -1) < ${n}::bigint) AS open,
+             (w.open AND p.status <> 'PAID' AND p.expires_at > ${bt} AND COALESCE(w.start_block, -1) < ${n}::bigint) AS open,
+             (p.status <> 'PAID' AND p.expires_at > ${bt} AND COALESCE(w.start_block, -1) < ${n}::bigint) AS in_time,
              (p.status <> 'PAID' AND p.expires_at <= ${bt} AND p.expires_at > ${lateFrom}
               AND COALESCE(w.start_block, -1) < ${n}::bigint) AS late
       FROM ids JOIN payments p ON p.id = ids.id JOIN watches w ON w.id = p.id
@@ -299,6 +303,7 @@ export const readBlock = (
           complete: p.complete,
           status: p.status,
           open: p.open,
+          inTime: p.in_time,
           late: p.late
         })),
         exact: new Map(candidates.exact.map((e) => [e.ord, { kind: e.kind, id: e.id, live: e.live }])),

@@ -59,6 +59,33 @@ const deliveries = (h: Harness) =>
 
 const addr = (k: number) => `0x${k.toString(16).padStart(40, "a")}`
 
+const sweep = (h: Harness) =>
+  sweepExpired.pipe(Effect.provide(MatcherCursors.Default), Effect.provideService(SqlClient.SqlClient, h.sql), Effect.orDie)
+
+/** Moves the payment's expiry to 100 s ago (payment and watch), so that the sweeper, which goes by the clock too, may expire it. */
+const expiredAgo = (h: Harness, p: Payment) =>
+  Effect.gen(function*() {
+    const expiry = Math.floor(Date.now() / 1000) - 100
+    yield* h.sql`UPDATE payments SET expires_at = to_timestamp(${expiry}) WHERE id = ${p.id}`.pipe(Effect.orDie)
+    yield* h.sql`UPDATE watches SET expires_at = to_timestamp(${expiry}) WHERE id = ${p.id}`.pipe(Effect.orDie)
+    return expiry
+  })
+
+/**
+ * The block at `p.n + 1` (stamped past `expiry`) reorged out, replaced by one stamped before it
+ * holding `transfers`, and two more blocks after it: the new chain's blocks.
+ */
+const replacedBeforeExpiry = (h: Harness, p: Payment, expiry: number, replacement: Parameters<typeof block>[2]) =>
+  Effect.gen(function*() {
+    yield* h.publish(reorg("ethereum", p.n + 1n, p.n + 1n))
+    yield* h.publish(
+      block("ethereum", p.n + 1n, replacement, { fork: "b", parentFork: "a", timestamp: expiry - 20 }),
+      block("ethereum", p.n + 2n, [], { fork: "b", timestamp: expiry + 10 }),
+      block("ethereum", p.n + 3n, [], { fork: "b", timestamp: expiry + 20 })
+    )
+    yield* h.settled("ethereum")
+  })
+
 describe("matcher: every cent accounted for", { timeout: 120_000 }, () => {
   it.live("underpaid, then a top-up of the exact remainder pays it with one callback", () =>
     Effect.gen(function*() {
@@ -145,7 +172,7 @@ describe("matcher: every cent accounted for", { timeout: 120_000 }, () => {
       yield* h.publish(block("ethereum", p.n, [{ to: p.address, value: 300n }], { timestamp: expiry - 50 }))
       yield* h.publish(block("ethereum", p.n + 1n, [], { timestamp: late - 30 }))
       yield* h.settled("ethereum")
-      yield* sweepExpired.pipe(Effect.provide(MatcherCursors.Default), Effect.provideService(SqlClient.SqlClient, h.sql), Effect.orDie)
+      yield* sweep(h)
       expect(yield* row(h, p)).toMatchObject({ status: "EXPIRED", amount_received: "300", exception: "underpaid" })
       // The payer, told the payment expired, sends the whole amount again.
       const again = txHash()
@@ -261,5 +288,56 @@ describe("matcher: every cent accounted for", { timeout: 120_000 }, () => {
         [usdc.id, usdc.amount.toString()],
         [usdt.id, usdt.amount.toString()]
       ])
+    }).pipe(Effect.scoped))
+})
+
+describe("matcher: a reorg across the expiry the sweeper went by", { timeout: 120_000 }, () => {
+  it.live("the exact remainder in the block that replaced the one past the expiry completes the underpaid payment: PAID", () =>
+    Effect.gen(function*() {
+      const h = yield* makeHarness("embedded")
+      const p = yield* createPayment(h, addr(20))
+      const expiry = yield* expiredAgo(h, p)
+      yield* h.publish(block("ethereum", p.n, [{ to: p.address, value: 300n }], { timestamp: expiry - 50 }))
+      yield* h.publish(block("ethereum", p.n + 1n, [], { timestamp: expiry + 10 }))
+      yield* h.settled("ethereum")
+      yield* sweep(h)
+      expect(yield* row(h, p)).toMatchObject({ status: "EXPIRED", amount_received: "300", exception: "underpaid" })
+      const topUp = txHash()
+      yield* replacedBeforeExpiry(h, p, expiry, [{ to: p.address, value: p.amount - 300n, txHash: topUp }])
+      expect(yield* row(h, p)).toMatchObject({ status: "PAID", tx_hash: topUp, amount_received: p.amount.toString(), exception: null })
+      expect((yield* transfers(h)).filter((t) => !t.orphaned).map((t) => [t.payment_id, t.attribution]))
+        .toEqual([[p.id, "sole"], [p.id, "remainder"]])
+      expect(yield* deliveries(h)).toHaveLength(1)
+    }).pipe(Effect.scoped))
+
+  it.live("more than the amount in that block, to the only payment open there: PAID, overpaid", () =>
+    Effect.gen(function*() {
+      const h = yield* makeHarness("embedded")
+      const p = yield* createPayment(h, addr(21))
+      const expiry = yield* expiredAgo(h, p)
+      yield* h.publish(block("ethereum", p.n, [], { timestamp: expiry - 50 }), block("ethereum", p.n + 1n, [], { timestamp: expiry + 10 }))
+      yield* h.settled("ethereum")
+      yield* sweep(h)
+      expect(yield* row(h, p)).toMatchObject({ status: "EXPIRED", amount_received: "0" })
+      const pay = txHash()
+      yield* replacedBeforeExpiry(h, p, expiry, [{ to: p.address, value: p.amount + 1_000n, txHash: pay }])
+      expect(yield* row(h, p)).toMatchObject({ status: "PAID", tx_hash: pay, amount_received: (p.amount + 1_000n).toString(), exception: "overpaid" })
+      expect(yield* deliveries(h)).toHaveLength(1)
+    }).pipe(Effect.scoped))
+
+  it.live("a transfer taken as paid late, mined again in a block from before the expiry: PAID, with its callback", () =>
+    Effect.gen(function*() {
+      const h = yield* makeHarness("embedded")
+      const p = yield* createPayment(h, addr(22))
+      const expiry = yield* expiredAgo(h, p)
+      const pay = txHash()
+      yield* h.publish(block("ethereum", p.n, [], { timestamp: expiry - 50 }))
+      yield* h.publish(block("ethereum", p.n + 1n, [{ to: p.address, value: p.amount, txHash: pay }], { timestamp: expiry + 10 }))
+      yield* h.settled("ethereum")
+      expect(yield* row(h, p)).toMatchObject({ status: "EXPIRED", exception: "paid_late" })
+      yield* replacedBeforeExpiry(h, p, expiry, [{ to: p.address, value: p.amount, txHash: pay }])
+      expect(yield* row(h, p)).toMatchObject({ status: "PAID", tx_hash: pay, amount_received: p.amount.toString(), exception: null })
+      expect((yield* transfers(h)).filter((t) => !t.orphaned).map((t) => [t.payment_id, t.attribution])).toEqual([[p.id, "exact"]])
+      expect(yield* deliveries(h)).toHaveLength(1)
     }).pipe(Effect.scoped))
 })

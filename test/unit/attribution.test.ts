@@ -13,6 +13,7 @@ const underpaid = (id: string, accountId: string, amount: bigint, received: bigi
   complete: false,
   status: "PENDING",
   open: true,
+  inTime: true,
   late: false
 })
 
@@ -51,6 +52,7 @@ describe("attribute: an expired payment inside the late window", () => {
     ...underpaid("00000000-0000-4000-8000-000000000003", "a", 1000n, received),
     status: "EXPIRED",
     open: false,
+    inTime: false,
     late: true
   })
   const none = { ...candidates([expired(300n)]), openCount: new Map() }
@@ -83,6 +85,7 @@ describe("attribute: the late rule takes only what an expired payment is still s
     ...underpaid(id, "a", amount, received),
     status: "EXPIRED",
     open: false,
+    inTime: false,
     late: true
   })
   const P = "00000000-0000-4000-8000-000000000004"
@@ -102,7 +105,8 @@ describe("attribute: the late rule takes only what an expired payment is still s
 
 describe("attribute: an expired payment paid in time", () => {
   const R = "00000000-0000-4000-8000-000000000006"
-  const expired: PaymentCandidate = { ...underpaid(R, "a", 1000n, 0n), status: "EXPIRED", open: false, late: false }
+  // Its watch held, but the sweeper expired it after a block that a reorg has since replaced.
+  const expired: PaymentCandidate = { ...underpaid(R, "a", 1000n, 0n), status: "EXPIRED", open: false, inTime: true, late: false }
 
   it("is PENDING again and completed by its exact transfer from a block before its expiry (the sweeper ran before a reorg)", () => {
     const result = attribute([transfer(1000n)], {
@@ -130,12 +134,60 @@ describe("attribute: a re-mined transfer of an expired payment", () => {
   const S = "00000000-0000-4000-8000-000000000007"
 
   it("does not make it PENDING again: it was attributed exactly once, but the payment expired since", () => {
-    const expired: PaymentCandidate = { ...underpaid(S, "a", 1000n, 0n), status: "EXPIRED", open: false, late: false }
+    const expired: PaymentCandidate = { ...underpaid(S, "a", 1000n, 0n), status: "EXPIRED", open: false, inTime: false, late: false }
     const result = attribute([transfer(1000n)], {
       ...candidates([expired]),
       openCount: new Map(),
       remined: new Map([[0, { paymentId: S, attribution: "exact" as const }]])
     })
     expect(result.payments.get(S)).toMatchObject({ status: "EXPIRED", received: 1000n, completedBy: null, exception: "paid_late" })
+  })
+})
+
+describe("attribute: a block from before an expiry the sweeper went by (a reorg replaced the block after it)", () => {
+  const T = "00000000-0000-4000-8000-000000000008"
+  const expiredInTime = (received: bigint, open: boolean): PaymentCandidate => ({
+    ...underpaid(T, "a", 1000n, received),
+    status: "EXPIRED",
+    open,
+    inTime: true,
+    late: false
+  })
+  const alone = (payment: PaymentCandidate): Candidates => ({ ...candidates([payment]), openCount: new Map([[`${ADDRESS}|native`, 1]]) })
+
+  it("the exact remainder of an underpaid one completes it: PENDING again, as if the sweeper had not run", () => {
+    const result = attribute([transfer(700n)], alone(expiredInTime(300n, true)))
+    expect(result.recorded.map((r) => [r.paymentId, r.attribution])).toEqual([[T, "remainder"]])
+    expect(result.payments.get(T)).toMatchObject({ status: "PENDING", received: 1000n, exception: null, paidLate: false })
+    expect(result.payments.get(T)?.completedBy?.amount).toBe(700n)
+  })
+
+  it("more than the amount, to the only payment open there, completes it as overpaid", () => {
+    const result = attribute([transfer(1500n)], alone(expiredInTime(0n, true)))
+    expect(result.recorded.map((r) => [r.paymentId, r.attribution])).toEqual([[T, "sole"]])
+    expect(result.payments.get(T)).toMatchObject({ status: "PENDING", received: 1500n, exception: "overpaid" })
+    expect(result.payments.get(T)?.completedBy?.amount).toBe(1500n)
+  })
+
+  it("a transfer taken as paid late on the orphaned block, mined again in time, completes it", () => {
+    // Paid late, its watch was closed; the reorg took the transfer out of its sum.
+    const result = attribute([transfer(1000n)], {
+      ...candidates([expiredInTime(0n, false)]),
+      openCount: new Map(),
+      remined: new Map([[0, { paymentId: T, attribution: "late" as const }]])
+    })
+    expect(result.recorded.map((r) => [r.paymentId, r.attribution])).toEqual([[T, "exact"]])
+    expect(result.payments.get(T)).toMatchObject({ status: "PENDING", received: 1000n, exception: null, paidLate: false })
+    expect(result.payments.get(T)?.completedBy?.amount).toBe(1000n)
+    expect(accountingEventOf(result.recorded[0]!, result)).toBeNull()
+  })
+
+  it("the same, mined again after the expiry, is still paid late", () => {
+    const result = attribute([transfer(1000n)], {
+      ...candidates([{ ...expiredInTime(0n, false), inTime: false, late: true }]),
+      openCount: new Map(),
+      remined: new Map([[0, { paymentId: T, attribution: "late" as const }]])
+    })
+    expect(result.payments.get(T)).toMatchObject({ status: "EXPIRED", exception: "paid_late", completedBy: null })
   })
 })
