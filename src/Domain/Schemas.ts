@@ -12,3 +12,12 @@ export const DateTimeString = Schema.String.annotations({ description: "ISO 8601
 export const CallbackUrlInput = Schema.String.pipe(Schema.maxLength(2048)).annotations({
   jsonSchema: { type: "string", format: "uri", pattern: "^[hH][tT][tT][pP][sS]?://", maxLength: 2048 }
 })
+
+/**
+ * A page size in a query string: decimal digits only (`0x10`, `1e3` or `+5` are refused, not
+ * read as numbers), 1..1000.
+ */
+export const PageLimit = Schema.compose(
+  Schema.String.pipe(Schema.pattern(/^[0-9]{1,4}$/, { message: () => "must be a whole number from 1 to 1000, in decimal digits" })),
+  Schema.NumberFromString
+).pipe(Schema.int(), Schema.between(1, 1000))

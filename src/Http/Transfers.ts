@@ -3,16 +3,18 @@ import { Effect, Layer, Option } from "effect"
 import { CurrentAccount } from "../Accounts/Authentication.ts"
 import { ConfirmdApi } from "./Api.ts"
 import { validationError } from "../Domain/ApiErrors.ts"
+import { decodeOpaque, encodeOpaque } from "../Domain/OpaqueCursor.ts"
 import { TransferOut, TransfersPage } from "../Transfers/Api.ts"
 import { Transfers } from "../Transfers/Transfers.ts"
 
 /** The cursor is the last transfer's id, opaque to clients. */
-const encodeCursor = (id: bigint): string => Buffer.from(`t:${id}`).toString("base64url")
+const encodeCursor = (id: bigint): string => encodeOpaque(`t:${id}`)
 /** At most 18 digits: below PostgreSQL's largest bigint, so that the statement never fails on it. */
-const decodeCursor = (cursor: string): Option.Option<bigint> => {
-  const match = /^t:([0-9]{1,18})$/.exec(Buffer.from(cursor, "base64url").toString("utf8"))
-  return match === null ? Option.none() : Option.some(BigInt(match[1]!))
-}
+const decodeCursor = (cursor: string): Option.Option<bigint> =>
+  Option.flatMap(decodeOpaque(cursor), (text) => {
+    const match = /^t:([0-9]{1,18})$/.exec(text)
+    return match === null ? Option.none() : Option.some(BigInt(match[1]!))
+  })
 
 const badCursor = validationError([{ loc: ["query", "cursor"], msg: "cursor is not one this service returned", type: "value_error" }])
 

@@ -12,7 +12,7 @@ import {
   TooManyRequestsResponse,
   UpstreamErrorResponse
 } from "../Domain/ApiErrors.ts"
-import { CallbackUrlInput, DateTimeString, DecimalString } from "../Domain/Schemas.ts"
+import { CallbackUrlInput, DateTimeString, DecimalString, PageLimit } from "../Domain/Schemas.ts"
 
 const assetDescription =
   "What the payment is paid in: `native` (the chain's coin, the default) or a stablecoin, `USDC` or `USDT`, " +
@@ -122,7 +122,7 @@ export class DeliveryOut extends Schema.Class<DeliveryOut>("DeliveryOut")({
 const PaymentPath = Schema.Struct({ payment_id: Schema.String })
 
 export const PaymentsListParams = Schema.Struct({
-  limit: Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 1000)).annotations({
+  limit: Schema.optional(PageLimit.annotations({
     description: "At most this many payments (1..1000); without it, all of them"
   })),
   cursor: Schema.optional(Schema.String.pipe(Schema.maxLength(128)).annotations({

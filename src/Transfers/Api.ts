@@ -3,6 +3,7 @@ import { Schema } from "effect"
 import { Authentication } from "../Accounts/Authentication.ts"
 import { ChainName } from "../Domain/Chain.ts"
 import { ValidationErrorResponse } from "../Domain/ApiErrors.ts"
+import { PageLimit } from "../Domain/Schemas.ts"
 
 export class TransferOut extends Schema.Class<TransferOut>("TransferOut")({
   chain: Schema.String,
@@ -29,7 +30,7 @@ export const TransfersParams = Schema.Struct({
   chain: Schema.optional(ChainName),
   address: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(256))),
   payment_id: Schema.optional(Schema.UUID),
-  limit: Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 1000))),
+  limit: Schema.optional(PageLimit),
   cursor: Schema.optional(Schema.String.pipe(Schema.maxLength(64)))
 })
 

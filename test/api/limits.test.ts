@@ -193,11 +193,16 @@ layer(
       expect((yield* app.request("GET", "/payments?limit=5", { key })).headers.get("link")).toBeNull()
 
       const forged = Buffer.from(`p:99999999999999999999:${"-".repeat(36)}`).toString("base64url")
+      // A cursor the service gave, with characters base64url decoding would skip: not read as that one.
+      const given = /cursor=([^>&]+)/.exec((yield* app.request("GET", "/payments?limit=2", { key })).headers.get("link")!)![1]!
       const bads: ReadonlyArray<readonly [string, string]> = [
         ["limit=0", "limit"],
         ["limit=1001", "limit"],
         ["limit=abc", "limit"],
         ["limit=1.5", "limit"],
+        ["limit=0x2", "limit"],
+        ["limit=2e0", "limit"],
+        [`limit=2&cursor=${given}!!`, "cursor"],
         ["cursor=bm9wZQ", "cursor"],
         ["limit=2&cursor=%20", "cursor"],
         [`limit=2&cursor=${forged}`, "cursor"]
