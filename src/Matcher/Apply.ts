@@ -121,6 +121,14 @@ export const isRedelivered = (cursor: LockedCursor, record: ReorgRecord, applied
 export const newerFinalized = (stored: bigint | null, reported: bigint | undefined): bigint | null =>
   reported === undefined ? stored : stored === null || reported > stored ? reported : stored
 
+/**
+ * The finalized height after a reorg from `fromNumber`: a block reported finalized that the
+ * chain replaced was not final on the chain the matcher follows (endpoints that disagree, a
+ * node on another fork), so no height from `fromNumber` on counts as final any longer.
+ */
+export const finalizedAfterReorg = (stored: bigint | null, fromNumber: bigint): bigint | null =>
+  stored !== null && stored >= fromNumber ? fromNumber - 1n : stored
+
 /** The fact of a donation the block confirmed. */
 const donationFact = (block: BlockRecord, row: DonationRow): Fact => {
   const confirmed = {
@@ -265,6 +273,11 @@ export const makeApply = Effect.gen(function*() {
       })
       const ancestor: BlockRef | null = record.commonAncestor
       const occurredAt = new Date(yield* Clock.currentTimeMillis)
+      const finalized = finalizedAfterReorg(cursor.finalized, record.fromNumber)
+      if (finalized !== cursor.finalized) {
+        yield* Effect.logError("a reorg replaced blocks reported finalized; finality is counted again from below them")
+          .pipe(Effect.annotateLogs({ finalized: String(cursor.finalized), from: String(record.fromNumber) }))
+      }
       // Counting down from a lower head pays nothing new; the deliveries would be written as after a block.
       yield* recount(
         sql,
@@ -273,7 +286,7 @@ export const makeApply = Effect.gen(function*() {
         record.fromNumber - 1n,
         ancestor?.hash ?? null,
         null,
-        cursor.finalized,
+        finalized,
         yield* outbox.paidInserts(occurredAt.toISOString())
       )
 

@@ -25,6 +25,8 @@ const paidWhen = (sql: SqlClient.SqlClient, head: bigint, chainDefault: number, 
  * (`paidInserts`, the outbox's); returns those payments. A payment's threshold is its own
  * `confirmations_required`, else the chain's default (rows of older code); with
  * `wait_for_finality` it also needs the chain's finalized height at or past its block.
+ * `finalized` is stored as given: the caller holds the cursor's lock and decides how it moves
+ * (up with a block, `newerFinalized`; down below a reorg, `finalizedAfterReorg`).
  */
 export const recount = (
   sql: SqlClient.SqlClient,
@@ -59,7 +61,7 @@ export const recount = (
     moved AS (
       UPDATE matcher_cursors SET number = ${head.toString()}::bigint, hash = ${hash},
         block_time = to_timestamp(${blockTime}::double precision), updated_at = clock_timestamp(),
-        finalized = GREATEST(finalized, ${finalized === null ? null : finalized.toString()}::bigint)
+        finalized = ${finalized === null ? null : finalized.toString()}::bigint
       WHERE chain = ${chain}
     ),
     paid AS (SELECT * FROM counted WHERE status = 'PAID'),

@@ -2,6 +2,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, FastCheck as fc } from "effect"
 import { ConfirmationsRequired, confirmations, confirmedUpTo, isConfirmed } from "../../src/Matcher/Confirmations.ts"
 import { reorgKey } from "../../src/Matcher/Matcher.ts"
+import { finalizedAfterReorg, newerFinalized } from "../../src/Matcher/Apply.ts"
 
 const height = fc.bigInt({ min: 0n, max: 2n ** 40n })
 const threshold = fc.integer({ min: 1, max: 1_000 })
@@ -49,6 +50,20 @@ describe("confirmation arithmetic", () => {
       expect(yield* read({ CONFIRMATIONS_REQUIRED: "6" })).toEqual(expect.objectContaining({ right: 6 }))
       expect((yield* read({ CONFIRMATIONS_REQUIRED: "0" }))._tag).toBe("Left")
     }))
+})
+
+describe("the finalized height", () => {
+  const stored = fc.option(height, { nil: null })
+  it.prop("a block only ever raises it", [stored, fc.option(height, { nil: undefined })], ([before, reported]) => {
+    const after = newerFinalized(before, reported)
+    if (before !== null) expect(after !== null && after >= before).toBe(true)
+    if (reported !== undefined) expect(after !== null && after >= reported).toBe(true)
+  })
+  it.prop("after a reorg it is below every replaced block, and unchanged when it already was", [stored, height], ([before, from]) => {
+    const after = finalizedAfterReorg(before, from)
+    if (before === null) expect(after).toBeNull()
+    else expect(after).toBe(before < from ? before : from - 1n)
+  })
 })
 
 describe("reorg identity", () => {

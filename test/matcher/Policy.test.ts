@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { subscribe } from "../support/TestApp.ts"
-import { block, type Harness, hook, makeHarness } from "./harness.ts"
+import { block, type Harness, hook, makeHarness, reorg } from "./harness.ts"
 
 const MERCHANT = "0x3333333333333333333333333333333333333333"
 
@@ -85,5 +85,26 @@ describe("matcher: confirmation policy per payment", { timeout: 120_000 }, () =>
       yield* h.publish(at(p.n + 4n, p.n))
       yield* h.settled("ethereum")
       expect(yield* status(h, p.key, p.id)).toMatchObject({ status: "PAID", confirmations: 5 })
+    }).pipe(Effect.scoped))
+
+  it.live("wait_for_finality: a height reported finalized on blocks a reorg replaced counts no longer", () =>
+    Effect.gen(function*() {
+      const h = yield* makeHarness("embedded")
+      const p = yield* createPayment(h, { required: 1, finality: true })
+      // The old fork's n+2 came with n+1 finalized.
+      yield* h.publish(block("ethereum", p.n, []), block("ethereum", p.n + 1n, []), { ...block("ethereum", p.n + 2n, []), finalized: p.n + 1n })
+      yield* h.settled("ethereum")
+      expect(yield* finalized(h)).toBe((p.n + 1n).toString())
+      // The chain replaced n+1 and n+2: they were not final. The new n+1 pays; its node says n is final.
+      yield* h.publish(reorg("ethereum", p.n + 1n, p.n + 2n), {
+        ...block("ethereum", p.n + 1n, [{ to: p.address, value: p.amount }], { fork: "b", parentFork: "a" }),
+        finalized: p.n
+      })
+      yield* h.settled("ethereum")
+      expect(yield* finalized(h)).toBe(p.n.toString())
+      expect(yield* status(h, p.key, p.id)).toMatchObject({ status: "PENDING", confirmations: 1 })
+      yield* h.publish({ ...block("ethereum", p.n + 2n, [], { fork: "b" }), finalized: p.n + 1n })
+      yield* h.settled("ethereum")
+      expect(yield* status(h, p.key, p.id)).toMatchObject({ status: "PAID", confirmations: 2 })
     }).pipe(Effect.scoped))
 })
