@@ -34,14 +34,14 @@ import { makeNodeFetch } from "./NodeFetch.ts"
 import type { FailoverSettings } from "./Failover.ts"
 import { failureLogIntervalConfig } from "../Supervision/FailureLog.ts"
 import { Supervisor } from "../Supervision/Supervisor.ts"
-import { type EvmChainName, type EvmClient, makeEvmClient, viemChains } from "./Evm.ts"
+import { type EvmChainName, type EvmClient, type FinalizedBlock, makeEvmClient, viemChains } from "./Evm.ts"
 import { type BlockReading, tracesSettingConfig } from "./EvmBlocks.ts"
 import { chainTokensConfig } from "./Tokens.ts"
 import type { TokenDeployment, TokenSymbol } from "../Domain/Asset.ts"
 
 export { ChainBlock, ChainTransfer, ChainUnavailable } from "./Block.ts"
 export type { BitcoinClient } from "./BitcoinClient.ts"
-export type { EvmChainName, EvmClient, EvmPublicClient } from "./Evm.ts"
+export type { EvmChainName, EvmClient, EvmPublicClient, FinalizedBlock } from "./Evm.ts"
 export type { BlockReading } from "./EvmBlocks.ts"
 
 const isChainName = (name: string): name is ChainName => (chainNames as ReadonlyArray<string>).includes(name)
@@ -252,10 +252,10 @@ export class ChainClients extends Effect.Service<ChainClients>()("confirmd/Chain
             : Effect.flatMap(evm(chain), (client) => client.head)
         ),
       /**
-       * Height of the node's finalized block: none on bitcoin (finality there is only ever more
-       * work on top) and on a node that does not report the `finalized` tag.
+       * The node's finalized block: none on bitcoin (finality there is only ever more work on
+       * top) and on a node that does not report the `finalized` tag.
        */
-      finalized: (chain: ChainName): Effect.Effect<Option.Option<bigint>, ChainUnavailable> =>
+      finalized: (chain: ChainName): Effect.Effect<Option.Option<FinalizedBlock>, ChainUnavailable> =>
         chain === "bitcoin"
           ? Effect.succeed(Option.none())
           : withHost(chain, Effect.flatMap(evm(chain), (client) => client.finalized)),

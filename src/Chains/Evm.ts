@@ -41,16 +41,22 @@ export const viemChains: Readonly<Record<EvmChainName, Chain>> = {
 
 export type EvmPublicClient = PublicClient<Transport, Chain>
 
+/** A node's `finalized` block: which block, not only how high, so that its chain can be checked. */
+export interface FinalizedBlock {
+  readonly number: bigint
+  readonly hash: string
+}
+
 export interface EvmClient {
   readonly chain: EvmChainName
   /** The viem client, for calls this module does not wrap. */
   readonly client: EvmPublicClient
   readonly head: Effect.Effect<bigint, ChainUnavailable>
   /**
-   * The height of the node's `finalized` block; none when the node does not know the tag
+   * The node's `finalized` block (height and hash); none when the node does not know the tag
    * (it refuses it, or answers null).
    */
-  readonly finalized: Effect.Effect<Option.Option<bigint>, ChainUnavailable>
+  readonly finalized: Effect.Effect<Option.Option<FinalizedBlock>, ChainUnavailable>
   readonly blockHash: (height: bigint) => Effect.Effect<string, ChainUnavailable>
   /** The block at `height` with the transfers it settled (src/Chains/EvmBlocks.ts). */
   readonly block: (height: bigint) => Effect.Effect<ChainBlock, ChainUnavailable>
@@ -129,11 +135,11 @@ export const makeEvmClient = (
     batchedRequest: request
   })
 
-  // Only the height is read: a full block header is decoded for it, and nothing else kept.
+  // Only the height and hash are read: a full block header is decoded for them, and nothing else kept.
   const finalized = request("eth_getBlockByNumber", ["finalized", false]).pipe(
-    Effect.flatMap(decoded(Schema.NullOr(Schema.Struct({ number: Quantity })), "eth_getBlockByNumber finalized")),
-    Effect.map((block) => Option.map(Option.fromNullable(block), (b) => BigInt(b.number))),
-    Effect.catchTag("NodeRefused", () => Effect.succeed(Option.none<bigint>()))
+    Effect.flatMap(decoded(Schema.NullOr(Schema.Struct({ number: Quantity, hash: Schema.String })), "eth_getBlockByNumber finalized")),
+    Effect.map((block) => Option.map(Option.fromNullable(block), (b): FinalizedBlock => ({ number: BigInt(b.number), hash: b.hash }))),
+    Effect.catchTag("NodeRefused", () => Effect.succeed(Option.none<FinalizedBlock>()))
   )
 
   const header = Schema.NullOr(Schema.Struct({ hash: Schema.String }))

@@ -14,9 +14,11 @@
  *
  * Finality (EVM chains): each poll that finds new blocks also asks the node for its
  * `finalized` block, beside fetching the blocks (one call per poll, however many blocks), and
- * every block record published from that poll carries the height. A node that does not
- * report the tag is logged once and its records carry none: payments that wait for finality
- * on that chain then wait. A failed ask leaves that poll's records without it.
+ * every block record published from that poll carries the height, once the block at that
+ * height is the one this ingester published there (`finalOnChain`: endpoints may be on other
+ * forks). A node that does not report the tag is logged once and its records carry none:
+ * payments that wait for finality on that chain then wait. A failed ask leaves that poll's
+ * records without it.
  *
  * Reorgs: each block's parentHash is checked against the cursor. On a mismatch the ingester
  * walks back over its kept headers (`REORG_DEPTH`, and on EVM chains every one down to the
@@ -44,7 +46,7 @@
  */
 import { NodeSocket } from "@effect/platform-node"
 import { Array as Arr, Chunk, Clock, Duration, Effect, Fiber, Layer, Option, Ref, Sink, Stream } from "effect"
-import { type ChainBlock, ChainClients } from "../Chains/ChainClients.ts"
+import { type ChainBlock, ChainClients, type FinalizedBlock } from "../Chains/ChainClients.ts"
 import { type ChainName, chains } from "../Domain/Chain.ts"
 import { EventLog } from "../EventLog/EventLog.ts"
 import { Supervisor } from "../Supervision/Supervisor.ts"
@@ -105,8 +107,8 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
     })
 
     const finalityLogged = yield* Ref.make(false)
-    /** The node's finalized height now; none when it has none to tell (see the header). */
-    const finalizedNow: Effect.Effect<Option.Option<bigint>> = chain === "bitcoin"
+    /** The node's finalized block now; none when it has none to tell (see the header). */
+    const finalizedNow: Effect.Effect<Option.Option<FinalizedBlock>> = chain === "bitcoin"
       ? Effect.succeed(Option.none())
       : clients.finalized(chain).pipe(
         Effect.tap((finalized) =>
@@ -119,6 +121,44 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
           Effect.as(Effect.logDebug("finalized block not read this poll").pipe(Effect.annotateLogs({ error: error.message })), Option.none())
         )
       )
+
+    /**
+     * The last finalized block found on the chain this ingester publishes (a node reports one
+     * for a while); forgotten at a reorg, which may have replaced it.
+     */
+    const lastFinal = yield* Ref.make(Option.none<FinalizedBlock>())
+    /** The last finalized block found on another fork: told once, not on every poll. */
+    const lastForeign = yield* Ref.make("")
+    /**
+     * The finalized height a run's records carry: the node's finalized block only when it is on
+     * the chain this ingester publishes (the run's block at that height, or the kept header
+     * there, is that block). Behind a failover, the blocks and the finalized tag may come from
+     * endpoints on different forks, and a height from the other fork would pay a payment that
+     * waits for finality on a block that is not final.
+     */
+    const finalOnChain = (run: Arr.NonEmptyReadonlyArray<ChainBlock>, finalized: Option.Option<FinalizedBlock>) =>
+      Effect.gen(function*() {
+        if (Option.isNone(finalized)) return undefined
+        const final = finalized.value
+        // Ahead of the run (an endpoint ahead of the one that served it): told again later.
+        if (final.number > Arr.lastNonEmpty(run).number) return undefined
+        const inRun = run.find((block) => block.number === final.number)
+        const known = yield* Ref.get(lastFinal)
+        const ours = inRun !== undefined ? Option.some(inRun.hash)
+          : Option.isSome(known) && known.value.number === final.number ? Option.some(known.value.hash)
+          : yield* cursors.headerAt(chain, final.number)
+        // Below every block kept (a chain first followed from above it): no payment waits there.
+        if (Option.isNone(ours)) return undefined
+        if (ours.value !== final.hash) {
+          if ((yield* Ref.getAndSet(lastForeign, final.hash)) !== final.hash) {
+            yield* Effect.logWarning("the node's finalized block is not on the chain being published; its height is not counted")
+              .pipe(Effect.annotateLogs({ finalized: String(final.number), hash: final.hash, ours: ours.value }))
+          }
+          return undefined
+        }
+        yield* Ref.set(lastFinal, finalized)
+        return final.number
+      })
 
     /**
      * Until the next block: the next announced head, or the poll wait (`pollDelayMillis`).
@@ -163,6 +203,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
     const publishReorg = (state: LoopState, orphaned: ReadonlyArray<BlockRef>, ancestor: BlockRef | null) =>
       Effect.gen(function*() {
         const { record, to } = reorgOf({ chain, orphaned, ancestor, next: state.next })
+        yield* Ref.set(lastFinal, Option.none())
         const details = { fromNumber: String(record.fromNumber), depth: orphaned.length }
         if (record.commonAncestor === null) {
           yield* Effect.logError("reorg deeper than the kept headers; continuing unchecked")
@@ -208,10 +249,11 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
       const publish = (
         state: LoopState,
         extending: Arr.NonEmptyReadonlyArray<ChainBlock>,
-        finalized: Option.Option<bigint>
+        finalized: Option.Option<FinalizedBlock>
       ) =>
         Effect.gen(function*() {
           const newest = Arr.lastNonEmpty(extending)
+          const finalHeight = yield* finalOnChain(extending, finalized)
           const refs = Arr.map(extending, (block): BlockRef => ({ number: block.number, hash: block.hash }))
           const ref = Arr.lastNonEmpty(refs)
           yield* supervisor.step(`publishing blocks ${refs[0].number}..${ref.number}`)
@@ -220,13 +262,13 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
           yield* Effect.uninterruptible(Effect.zipRight(
             eventLog.publish(outgoingBlocks(
               eventLog,
-              extending.flatMap((block) => blockRecords(block, { finalized: Option.getOrUndefined(finalized) }))
+              extending.flatMap((block) => blockRecords(block, { finalized: finalHeight }))
             )),
             cursors.advance(chain, refs, headersToKeep({
               reorgDepth: settings.reorgDepth,
               newest: ref.number,
               finality: chain !== "bitcoin",
-              finalized: Option.getOrUndefined(finalized)
+              finalized: Option.getOrUndefined(Option.map(finalized, (block) => block.number))
             }))
           )).pipe(
             // Each run starts its own trace: the one its blocks' consumers continue.
@@ -248,7 +290,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
        * staged header: the log may hold the block it replaces, after a run that reached the
        * log and then failed to move the cursor.
        */
-      const accept = (state: LoopState, run: ReadonlyArray<ChainBlock>, nodeHead: bigint, finalized: Option.Option<bigint>) =>
+      const accept = (state: LoopState, run: ReadonlyArray<ChainBlock>, nodeHead: bigint, finalized: Option.Option<FinalizedBlock>) =>
         Effect.gen(function*() {
           const linked = run.slice(0, linkedLength(state.tip?.hash ?? null, run))
           const replacing = replacesStaged(state.staged, linked)

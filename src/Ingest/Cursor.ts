@@ -55,6 +55,13 @@ export class IngestCursors extends Effect.Service<IngestCursors>()("confirmd/Ing
         Effect.flatMap((rows) => Effect.orDie(decodeRefs(rows)))
       )
 
+    /** The kept header's hash at `number`, if one is kept there. */
+    const headerAt = (chain: ChainName, number: bigint): Effect.Effect<Option.Option<string>, SqlError.SqlError> =>
+      sql`SELECT number::text AS number, hash FROM ingest_headers WHERE chain = ${chain} AND number = ${String(number)}`.pipe(
+        Effect.flatMap((rows) => Effect.orDie(decodeRefs(rows))),
+        Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), (row) => row.hash))
+      )
+
     /** Upserts `blocks` as the chain's headers, when `condition` holds (one statement text, whatever the count). */
     const upsertHeaders = (chain: ChainName, blocks: ReadonlyArray<BlockRef>, condition = sql`true`) =>
       sql`
@@ -140,6 +147,6 @@ export class IngestCursors extends Effect.Service<IngestCursors>()("confirmd/Ing
         Effect.map((rows) => rows.map((row) => ({ chain: row.chain, number: row.number, updatedAt: row.updated_at })))
       )
 
-    return { tip, headers, stage, advance, rewind, published }
+    return { tip, headers, headerAt, stage, advance, rewind, published }
   })
 }) {}

@@ -144,10 +144,13 @@ describe.each(logKinds)("ChainIngester on anvil through the %s EventLog", (kind)
 
       expect(gapsAndRepeats(blocks)).toEqual([])
       expect(blocks.filter((b) => b.number > before)).toHaveLength(Number(head - before))
-      // Each record carries the node's finalized height (anvil's is 64 blocks behind its head,
-      // which stood still during the catch-up).
+      // The records carry the node's finalized height (anvil's is 64 blocks behind its head,
+      // which stood still during the catch-up) once the block at that height is on the chain
+      // published: every record from that block on, and those of its run before it; none carries another.
       const finalized = head > 64n ? head - 64n : 0n
-      expect(new Set(blocks.filter((b) => b.number > before).map((b) => b.finalized))).toEqual(new Set([finalized]))
+      const caughtUp = blocks.filter((b) => b.number > before)
+      expect(new Set(caughtUp.filter((b) => b.number >= finalized).map((b) => b.finalized))).toEqual(new Set([finalized]))
+      expect(caughtUp.filter((b) => b.finalized !== undefined && b.finalized !== finalized)).toEqual([])
     }))
 
   it.scopedLive("anvil_reorg yields one reorg record and then the replacement blocks", () =>
@@ -402,6 +405,30 @@ describe("ChainIngester and the node's finalized block", () => {
       yield* Effect.promise(() => test.mine({ blocks: 20 }))
       const head = yield* headOf(anvilUrl())
       const blocks = blocksOf(yield* until(Ref.get(seen), (all) => blocksOf(all).at(-1)?.number === head))
+      expect(gapsAndRepeats(blocks)).toEqual([])
+      expect(blocks.filter((b) => b.finalized !== undefined)).toEqual([])
+      expect((yield* registry.statuses).get("ethereum")?.restarts).toBe(0)
+    }))
+
+  it.scopedLive("a finalized block of another fork (an endpoint on it) is not counted: no record carries its height", () =>
+    Effect.gen(function*() {
+      const otherFork = `0x${"f".repeat(64)}`
+      const proxy = yield* startRpcProxy(anvilUrl(), [], (call, response) =>
+        call.method === "eth_getBlockByNumber" && call.params?.[0] === "finalized" && response.result !== null
+          ? { ...response, result: { ...(response.result as object), hash: otherFork } }
+          : response)
+      const database = yield* freshDatabase
+      const eventLog = yield* makeEventLog("embedded")
+      const seen = yield* collect(eventLog, "ethereum")
+      const registry = yield* startIngesters(eventLog, env(database.url, proxy.url))
+      yield* statusUntil(registry, "ethereum", (s) => s.lastPublished !== null)
+      const start = (yield* registry.statuses).get("ethereum")!.lastPublished!.number
+      const { test } = anvilClients(anvilUrl())
+      // Past anvil's finalized depth (64), so that the node's finalized block is one the ingester published.
+      yield* Effect.promise(() => test.mine({ blocks: 80 }))
+      const head = yield* headOf(anvilUrl())
+      const blocks = blocksOf(yield* until(Ref.get(seen), (all) => blocksOf(all).at(-1)?.number === head))
+      expect(head - 64n).toBeGreaterThan(start)
       expect(gapsAndRepeats(blocks)).toEqual([])
       expect(blocks.filter((b) => b.finalized !== undefined)).toEqual([])
       expect((yield* registry.statuses).get("ethereum")?.restarts).toBe(0)

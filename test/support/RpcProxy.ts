@@ -3,14 +3,15 @@
  * call (single or batched) to `target`, except the `refused` methods, which it answers with
  * JSON-RPC error -32601 "method not found", as a node without them does. An entry
  * `method:param` refuses the method only with that first parameter (e.g.
- * `eth_getBlockByNumber:finalized`, a node without the block tag).
+ * `eth_getBlockByNumber:finalized`, a node without the block tag). `answer` may replace what the
+ * target answered to a call (a node on another fork).
  */
 import { Effect } from "effect"
 import type { Scope } from "effect"
 import { createServer } from "node:http"
 import type { AddressInfo } from "node:net"
 
-interface Call {
+export interface Call {
   readonly id: unknown
   readonly method: string
   readonly params?: ReadonlyArray<unknown>
@@ -26,7 +27,8 @@ export interface RpcProxy {
 
 export const startRpcProxy = (
   target: string,
-  refused: ReadonlyArray<string>
+  refused: ReadonlyArray<string>,
+  answer: (call: Call, response: { readonly result?: unknown }) => unknown = (_, response) => response
 ): Effect.Effect<RpcProxy, never, Scope.Scope> =>
   Effect.gen(function*() {
     const asked: Array<string> = []
@@ -42,7 +44,7 @@ export const startRpcProxy = (
         headers: { "content-type": "application/json" },
         body: JSON.stringify(call)
       })
-      return response.json()
+      return answer(call, (await response.json()) as { readonly result?: unknown })
     }
     const server = createServer((request, response) => {
       const chunks: Array<Buffer> = []
