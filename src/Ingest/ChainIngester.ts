@@ -15,7 +15,7 @@
  * Finality (EVM chains): each poll that finds new blocks also asks the node for its
  * `finalized` block, beside fetching the blocks (one call per poll, however many blocks), and
  * every block record published from that poll carries the height, once the block at that
- * height is the one this ingester published there (`finalOnChain`: endpoints may be on other
+ * height is the one this ingester published there (Finality.ts: endpoints may be on other
  * forks). A node that does not report the tag is logged once and its records carry none:
  * payments that wait for finality on that chain then wait. A failed ask leaves that poll's
  * records without it.
@@ -45,7 +45,7 @@
  * IngestLoop.ts.
  */
 import { NodeSocket } from "@effect/platform-node"
-import { Array as Arr, Chunk, Clock, Duration, Effect, Fiber, Layer, Option, Ref, Sink, Stream } from "effect"
+import { Array as Arr, Chunk, Clock, Duration, Effect, Fiber, Layer, Option, Sink, Stream } from "effect"
 import { type ChainBlock, ChainClients, type FinalizedBlock } from "../Chains/ChainClients.ts"
 import { type ChainName, chains } from "../Domain/Chain.ts"
 import { EventLog } from "../EventLog/EventLog.ts"
@@ -53,6 +53,7 @@ import { Supervisor } from "../Supervision/Supervisor.ts"
 import { blockRecords, type BlockRef, blocksTopic, outgoing, outgoingBlocks } from "./BlockMessage.ts"
 import { ChainLocks } from "./ChainLocks.ts"
 import { IngestCursors } from "./Cursor.ts"
+import { makeFinality } from "./Finality.ts"
 import { subscribeHashBlocks } from "./HashBlocks.ts"
 import { IngesterRegistry, ingesterFiberName } from "./IngesterRegistry.ts"
 import {
@@ -106,59 +107,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
         : subscribeNewHeads({ chain, url: source.url, chainId: source.chainId, openTimeout: Duration.seconds(10), onState })
     })
 
-    const finalityLogged = yield* Ref.make(false)
-    /** The node's finalized block now; none when it has none to tell (see the header). */
-    const finalizedNow: Effect.Effect<Option.Option<FinalizedBlock>> = chain === "bitcoin"
-      ? Effect.succeed(Option.none())
-      : clients.finalized(chain).pipe(
-        Effect.tap((finalized) =>
-          Option.isSome(finalized) ? Effect.void : Effect.whenEffect(
-            Effect.logWarning("the node reports no finalized block; payments waiting for finality on this chain will wait"),
-            Effect.map(Ref.getAndSet(finalityLogged, true), (logged) => !logged)
-          )
-        ),
-        Effect.catchAll((error) =>
-          Effect.as(Effect.logDebug("finalized block not read this poll").pipe(Effect.annotateLogs({ error: error.message })), Option.none())
-        )
-      )
-
-    /**
-     * The last finalized block found on the chain this ingester publishes (a node reports one
-     * for a while); forgotten at a reorg, which may have replaced it.
-     */
-    const lastFinal = yield* Ref.make(Option.none<FinalizedBlock>())
-    /** The last finalized block found on another fork: told once, not on every poll. */
-    const lastForeign = yield* Ref.make("")
-    /**
-     * The finalized height a run's records carry: the node's finalized block only when it is on
-     * the chain this ingester publishes (the run's block at that height, or the kept header
-     * there, is that block). Behind a failover, the blocks and the finalized tag may come from
-     * endpoints on different forks, and a height from the other fork would pay a payment that
-     * waits for finality on a block that is not final.
-     */
-    const finalOnChain = (run: Arr.NonEmptyReadonlyArray<ChainBlock>, finalized: Option.Option<FinalizedBlock>) =>
-      Effect.gen(function*() {
-        if (Option.isNone(finalized)) return undefined
-        const final = finalized.value
-        // Ahead of the run (an endpoint ahead of the one that served it): told again later.
-        if (final.number > Arr.lastNonEmpty(run).number) return undefined
-        const inRun = run.find((block) => block.number === final.number)
-        const known = yield* Ref.get(lastFinal)
-        const ours = inRun !== undefined ? Option.some(inRun.hash)
-          : Option.isSome(known) && known.value.number === final.number ? Option.some(known.value.hash)
-          : yield* cursors.headerAt(chain, final.number)
-        // Below every block kept (a chain first followed from above it): no payment waits there.
-        if (Option.isNone(ours)) return undefined
-        if (ours.value !== final.hash) {
-          if ((yield* Ref.getAndSet(lastForeign, final.hash)) !== final.hash) {
-            yield* Effect.logWarning("the node's finalized block is not on the chain being published; its height is not counted")
-              .pipe(Effect.annotateLogs({ finalized: String(final.number), hash: final.hash, ours: ours.value }))
-          }
-          return undefined
-        }
-        yield* Ref.set(lastFinal, finalized)
-        return final.number
-      })
+    const finality = yield* makeFinality(chain)
 
     /**
      * Until the next block: the next announced head, or the poll wait (`pollDelayMillis`).
@@ -203,7 +152,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
     const publishReorg = (state: LoopState, orphaned: ReadonlyArray<BlockRef>, ancestor: BlockRef | null) =>
       Effect.gen(function*() {
         const { record, to } = reorgOf({ chain, orphaned, ancestor, next: state.next })
-        yield* Ref.set(lastFinal, Option.none())
+        yield* finality.forget
         const details = { fromNumber: String(record.fromNumber), depth: orphaned.length }
         if (record.commonAncestor === null) {
           yield* Effect.logError("reorg deeper than the kept headers; continuing unchecked")
@@ -253,7 +202,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
       ) =>
         Effect.gen(function*() {
           const newest = Arr.lastNonEmpty(extending)
-          const finalHeight = yield* finalOnChain(extending, finalized)
+          const finalHeight = yield* finality.heightFor(extending, finalized)
           const refs = Arr.map(extending, (block): BlockRef => ({ number: block.number, hash: block.hash }))
           const ref = Arr.lastNonEmpty(refs)
           yield* supervisor.step(`publishing blocks ${refs[0].number}..${ref.number}`)
@@ -344,7 +293,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
           if (heights.length === 0) return yield* idle(state, head)
           yield* supervisor.step(`fetching blocks ${heights[0]}..${heights[heights.length - 1]}`)
           // Asked beside the blocks, so following the chain live waits for no extra round trip.
-          const finalized = yield* Effect.fork(finalizedNow)
+          const finalized = yield* Effect.fork(finality.now)
           const first = { state: nodeAhead(state), linked: true }
           const next = (step: typeof first, run: ReadonlyArray<ChainBlock>) =>
             Effect.flatMap(Fiber.join(finalized), (height) => accept(step.state, run, head, height))
