@@ -203,6 +203,8 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
         Effect.gen(function*() {
           const newest = Arr.lastNonEmpty(extending)
           const finalHeight = yield* finality.heightFor(extending, finalized)
+          // Headers are kept down to the finalized block found on this chain: one of another fork says nothing.
+          const keptFinalized = yield* finality.keptFinalized
           const refs = Arr.map(extending, (block): BlockRef => ({ number: block.number, hash: block.hash }))
           const ref = Arr.lastNonEmpty(refs)
           yield* supervisor.step(`publishing blocks ${refs[0].number}..${ref.number}`)
@@ -217,7 +219,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
               reorgDepth: settings.reorgDepth,
               newest: ref.number,
               finality: chain !== "bitcoin",
-              finalized: Option.getOrUndefined(Option.map(finalized, (block) => block.number))
+              finalized: keptFinalized
             }))
           )).pipe(
             // Each run starts its own trace: the one its blocks' consumers continue.
@@ -227,6 +229,7 @@ export const runIngester = (chain: ChainName, settings: IngestSettings) =>
               attributes: { chain, "block.from": String(refs[0].number), "block.to": String(ref.number), blocks: refs.length }
             })
           )
+          yield* finality.published(refs)
           yield* registry.update(chain, (s) => ({ ...s, lastPublished: ref, lastBlockTime: newest.timestamp }))
           yield* progressed
           yield* supervisor.step(`fetching the blocks after ${ref.number}`)

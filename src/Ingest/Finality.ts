@@ -11,6 +11,9 @@ import { type ChainBlock, ChainClients, type FinalizedBlock } from "../Chains/Ch
 import type { ChainName } from "../Domain/Chain.ts"
 import { IngestCursors } from "./Cursor.ts"
 
+/** How many of the blocks published last are remembered (`recent`). */
+const recentBlocks = 256
+
 export const makeFinality = (chain: ChainName) =>
   Effect.gen(function*() {
     const clients = yield* ChainClients
@@ -18,6 +21,12 @@ export const makeFinality = (chain: ChainName) =>
     const noTagLogged = yield* Ref.make(false)
     /** The last finalized block found on the chain published (a node reports one for a while). */
     const lastFinal = yield* Ref.make(Option.none<FinalizedBlock>())
+    /**
+     * The hashes of the blocks published last, by height: where a node's finalized block is a
+     * few blocks behind its head (bnb, polygon), it is found here rather than asked of the
+     * database on every poll.
+     */
+    const recent = new Map<bigint, string>()
     /** The last finalized block found on another fork: told once, not on every poll. */
     const lastForeign = yield* Ref.make("")
 
@@ -41,14 +50,18 @@ export const makeFinality = (chain: ChainName) =>
       Effect.gen(function*() {
         if (Option.isNone(finalized)) return undefined
         const final = finalized.value
-        // Ahead of the run (an endpoint ahead of the one that served it): told again later.
+        // Above the run (catching up, or an endpoint ahead of the one that served it): a later
+        // run reaches it.
         if (final.number > Arr.lastNonEmpty(run).number) return undefined
         const inRun = run.find((block) => block.number === final.number)
         const known = yield* Ref.get(lastFinal)
         const ours = inRun !== undefined ? Option.some(inRun.hash)
           : Option.isSome(known) && known.value.number === final.number ? Option.some(known.value.hash)
+          : recent.has(final.number) ? Option.fromNullable(recent.get(final.number))
           : yield* cursors.headerAt(chain, final.number)
-        // Below every block kept (a chain first followed from above it): no payment waits there.
+        // No header kept there (a chain first followed from above it; a reorg deeper than the kept
+        // headers; more than their cap behind): not counted until the node's finalized block is
+        // one this ingester kept.
         if (Option.isNone(ours)) return undefined
         if (ours.value !== final.hash) {
           if ((yield* Ref.getAndSet(lastForeign, final.hash)) !== final.hash) {
@@ -61,8 +74,22 @@ export const makeFinality = (chain: ChainName) =>
         return final.number
       })
 
-    /** After a reorg, which may have replaced the last finalized block found. */
-    const forget = Ref.set(lastFinal, Option.none())
+    /** Remembers the blocks of a run once published. */
+    const published = (refs: ReadonlyArray<{ readonly number: bigint; readonly hash: string }>) =>
+      Effect.sync(() => {
+        for (const ref of refs) recent.set(ref.number, ref.hash)
+        // Heights come in order: the first keys are the oldest.
+        for (const height of recent.keys()) {
+          if (recent.size <= recentBlocks) break
+          recent.delete(height)
+        }
+      })
 
-    return { now, heightFor, forget } as const
+    /** The newest finalized height found on the chain published: how far back headers are kept. */
+    const keptFinalized = Effect.map(Ref.get(lastFinal), (known) => Option.getOrUndefined(Option.map(known, (block) => block.number)))
+
+    /** After a reorg, which may have replaced the blocks remembered. */
+    const forget = Effect.zipRight(Ref.set(lastFinal, Option.none()), Effect.sync(() => recent.clear()))
+
+    return { now, heightFor, published, keptFinalized, forget } as const
   })

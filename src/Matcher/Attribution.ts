@@ -162,9 +162,9 @@ export const attribute = (transfers: ReadonlyArray<BlockTransfer>, candidates: C
     const remined = candidates.remined.get(index)
     const reminedTo = remined === undefined ? undefined : byId.get(remined.paymentId)
     if (remined !== undefined && reminedTo !== undefined) {
-      if (!reminedTo.candidate.inTime || isComplete(reminedTo)) return { working: reminedTo, attribution: remined.attribution }
+      if (!reminedTo.candidate.inTime) return { working: reminedTo, attribution: remined.attribution }
       // In time on this block: taken as paid late on the orphaned one, it is now what a transfer
-      // of that amount in time is.
+      // of that amount in time is (a second one too, after the first completed the payment).
       const attribution = remined.attribution !== "late" ? remined.attribution
         : reminedTo.received > 0n && remainder(reminedTo) === t.amount ? "remainder"
         : "exact"
@@ -181,7 +181,8 @@ export const attribute = (transfers: ReadonlyArray<BlockTransfer>, candidates: C
     }
     // Only the one underpaid payment of that remainder: with two (of any accounts), the
     // transfer could be either payer's, and crediting one by its id would be a guess.
-    const topUps = here.filter((w) => w.candidate.open && w.received > 0n && !isComplete(w) && remainder(w) === t.amount)
+    // In time, its watch may be closed: by a late transfer that a reorg has since taken away.
+    const topUps = here.filter((w) => w.candidate.inTime && w.received > 0n && !isComplete(w) && remainder(w) === t.amount)
     if (topUps.length === 1) return { working: topUps[0]!, attribution: "remainder", revives: revives(topUps[0]!) }
     if (candidates.openCount.get(addressKey(t.address, t.asset)) === 1) {
       const sole = here.filter((w) => w.candidate.open)

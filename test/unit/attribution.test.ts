@@ -182,6 +182,24 @@ describe("attribute: a block from before an expiry the sweeper went by (a reorg 
     expect(accountingEventOf(result.recorded[0]!, result)).toBeNull()
   })
 
+  it("two transfers taken as paid late, mined again in one block in time: the first completes it, the second is more", () => {
+    const result = attribute([transfer(1000n), { ...transfer(500n), txHash: "0xbb" }], {
+      ...candidates([expiredInTime(0n, false)]),
+      openCount: new Map(),
+      remined: new Map([[0, { paymentId: T, attribution: "late" as const }], [1, { paymentId: T, attribution: "late" as const }]])
+    })
+    expect(result.payments.get(T)).toMatchObject({ status: "PENDING", received: 1500n, exception: "overpaid", paidLate: false })
+    expect(result.payments.get(T)?.completedBy?.txHash).toBe("0xaa")
+    expect(result.recorded.map((r) => accountingEventOf(r, result))).toEqual([null, null])
+  })
+
+  it("a new top-up of its remainder in time completes it, though a late transfer a reorg took away had closed its watch", () => {
+    const result = attribute([transfer(700n)], { ...candidates([expiredInTime(300n, false)]), openCount: new Map() })
+    expect(result.recorded.map((r) => [r.paymentId, r.attribution])).toEqual([[T, "remainder"]])
+    expect(result.payments.get(T)).toMatchObject({ status: "PENDING", received: 1000n, exception: null })
+    expect(result.payments.get(T)?.completedBy?.amount).toBe(700n)
+  })
+
   it("the same, mined again after the expiry, is still paid late", () => {
     const result = attribute([transfer(1000n)], {
       ...candidates([{ ...expiredInTime(0n, false), inTime: false, late: true }]),
