@@ -54,11 +54,9 @@ export const makeFinality = (chain: ChainName) =>
         // run reaches it.
         if (final.number > Arr.lastNonEmpty(run).number) return undefined
         const inRun = run.find((block) => block.number === final.number)
-        const known = yield* Ref.get(lastFinal)
-        const ours = inRun !== undefined ? Option.some(inRun.hash)
-          : Option.isSome(known) && known.value.number === final.number ? Option.some(known.value.hash)
-          : recent.has(final.number) ? Option.fromNullable(recent.get(final.number))
-          : yield* cursors.headerAt(chain, final.number)
+        const known = Option.getOrUndefined(yield* Ref.get(lastFinal))
+        const remembered = inRun?.hash ?? (known?.number === final.number ? known.hash : recent.get(final.number))
+        const ours = remembered !== undefined ? Option.some(remembered) : yield* cursors.headerAt(chain, final.number)
         // No header kept there (a chain first followed from above it; a reorg deeper than the kept
         // headers; more than their cap behind): not counted until the node's finalized block is
         // one this ingester kept.

@@ -134,8 +134,9 @@ const lockedCursor = (c: typeof CursorJson.Type): LockedCursor => ({
  * open watch of each transfer's exact amount, the underpaid open payments, up to two open
  * payments per address (counted; the payment itself only where it is the only one), payments
  * expired (within the late window, or by the sweeper after a block a reorg replaced) whose
- * amount or remainder a transfer matches, and payments that orphaned copies of these transfers were attributed to. Only index lookups per address: a
- * busy address with many open payments costs a few rows, not all of them.
+ * amount or remainder a transfer matches, and payments that orphaned copies of these transfers
+ * were attributed to. Only index lookups per address: a busy address with many open payments
+ * costs a few rows, not all of them.
  *
  * The read shares the statement's snapshot, taken before the lock was granted: `current` says
  * whether the cursor row it locked is the one that snapshot saw (every applied message moves
