@@ -43,5 +43,6 @@ export const migrations: ReadonlyArray<MigrationEntry> = [
   // does, so an older replica's matcher applying a block meanwhile cannot deadlock with it.
   { file: "00020_orphaned_hashes", previousReleaseSurvives: true, load: () => import("./00020_orphaned_hashes.ts") },
   { file: "00021_late_window_holds", previousReleaseSurvives: true, load: () => import("./00021_late_window_holds.ts") },
-  { file: "00022_underpaid_rests", previousReleaseSurvives: true, load: () => import("./00022_underpaid_rests.ts") }
+  { file: "00022_underpaid_rests", previousReleaseSurvives: true, load: () => import("./00022_underpaid_rests.ts") },
+  { file: "00023_transfer_revivals", previousReleaseSurvives: true, load: () => import("./00023_transfer_revivals.ts") }
 ]

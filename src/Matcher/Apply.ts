@@ -39,7 +39,7 @@ import type { BlockMessage, BlockRecord, BlockRef, ReorgRecord } from "../Ingest
 import { Fact, type PaymentReorged } from "../Outbox/Facts.ts"
 import { attribute, type BlockTransfer, positionOf } from "./Attribution.ts"
 import { type LockedCursor, lockCursor, readBlock } from "./BlockRead.ts"
-import { type DonationRow, orphanDetections, orphanTransfers, writeAttribution } from "./BlockWrite.ts"
+import { type DonationRow, orphanDetections, orphanTransfers, type RecordsSink, writeAttribution } from "./BlockWrite.ts"
 import { ChainConfirmationsRequired } from "./Confirmations.ts"
 import { recount } from "./Recount.ts"
 
@@ -167,6 +167,11 @@ const skipped = (chain: ChainName, type: "block" | "reorg", number: bigint, tran
 export const makeApply = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   const outbox = yield* Outbox
+  const recordsAt = (occurredAt: Date): RecordsSink => ({
+    insertAccountingRecords: outbox.insertAccountingRecords,
+    insertOrphanedRecords: outbox.insertOrphanedRecords,
+    occurredAt: occurredAt.toISOString()
+  })
   const chainRequired = yield* ChainConfirmationsRequired
   const lateWindow = yield* LatePaymentWindowSeconds
 
@@ -206,10 +211,7 @@ export const makeApply = Effect.gen(function*() {
       const attribution = attribute(transfers, read.candidates)
       const occurredAt = new Date(yield* Clock.currentTimeMillis)
       const nothingToWrite = attribution.recorded.length === 0 && attribution.donations.length === 0
-      const donations = nothingToWrite ? [] : yield* writeAttribution(sql, block, attribution, {
-        insertAccountingRecords: outbox.insertAccountingRecords,
-        occurredAt: occurredAt.toISOString()
-      })
+      const donations = nothingToWrite ? [] : yield* writeAttribution(sql, block, attribution, recordsAt(occurredAt))
       const finalized = newerFinalized(cursor.finalized, block.finalized)
       const paid = yield* outbox.paidInserts(occurredAt.toISOString()).pipe(
         Effect.flatMap((paidInserts) =>
@@ -265,14 +267,14 @@ export const makeApply = Effect.gen(function*() {
       if (cursor.number < record.fromNumber || isRedelivered(cursor, record, reorgApplied)) {
         return skipped(record.chain, "reorg", record.fromNumber, 0)
       }
-      yield* orphanTransfers(sql, record.chain, record.fromNumber)
+      const occurredAt = new Date(yield* Clock.currentTimeMillis)
+      yield* orphanTransfers(sql, record.chain, record.fromNumber, recordsAt(occurredAt))
       const orphaned = yield* orphanDetections(sql, record.chain, record.fromNumber, {
         key,
         hashes: record.orphaned.map((b) => b.hash),
         offset
       })
       const ancestor: BlockRef | null = record.commonAncestor
-      const occurredAt = new Date(yield* Clock.currentTimeMillis)
       const finalized = finalizedAfterReorg(cursor.finalized, record.fromNumber)
       if (finalized !== cursor.finalized) {
         yield* Effect.logError("a reorg replaced blocks reported finalized; finality is counted again from below them")

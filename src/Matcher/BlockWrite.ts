@@ -26,9 +26,10 @@ const DonationRow = Schema.Struct({
 })
 export type DonationRow = typeof DonationRow.Type
 const decodeDonations = Schema.decodeUnknown(Schema.Array(DonationRow))
-/** Where the accounting records of a block go: the outbox's insert, and when they were recorded. */
+/** Where the accounting records of a block or a reorg go: the outbox's inserts, and when they were recorded. */
 export interface RecordsSink {
   readonly insertAccountingRecords: (source: string, block: RecordsBlock, occurredAt: string) => Statement.Fragment
+  readonly insertOrphanedRecords: (source: string, occurredAt: string) => Statement.Fragment
   /** ISO 8601 UTC. */
   readonly occurredAt: string
 }
@@ -130,12 +131,17 @@ export const writeAttribution = (
       SELECT ${block.chain}, r.asset, r.address, r.tx_hash, r.position, r.amount, ${n}::bigint, ${block.hash},
              to_timestamp(${block.timestamp}::double precision), r.payment_id, r.attribution
       FROM r
-      -- A block orphaned and canonical again (the same hash) brings its transfer back: count it again.
+      -- A block orphaned and canonical again (the same hash) brings its transfer back: count it
+      -- again, and report it again (its records name the revival).
       ON CONFLICT (chain, block_hash, tx_hash, position) DO UPDATE
-        SET orphaned_at = NULL, payment_id = excluded.payment_id, attribution = excluded.attribution
+        SET orphaned_at = NULL, payment_id = excluded.payment_id, attribution = excluded.attribution,
+          revivals = transfers.revivals + 1
         WHERE transfers.orphaned_at IS NOT NULL
+      RETURNING tx_hash, position, revivals
     ),
-    recorded_events AS (${records.insertAccountingRecords("r", block, records.occurredAt)}),
+    -- Reported once: a transfer recorded already and still on the chain (a replayed block) is not.
+    fresh AS (SELECT r.*, rec.revivals FROM r JOIN rec USING (tx_hash, position)),
+    recorded_events AS (${records.insertAccountingRecords("fresh", block, records.occurredAt)}),
     u AS (
       SELECT * FROM unnest(
         ${payments.map((p) => p.candidate.id)}::uuid[],
@@ -182,21 +188,34 @@ const exceptionSql = (sql: SqlClient.SqlClient, received: string) =>
     ELSE NULL END`)
 
 /**
- * Marks the chain's transfers from `fromNumber` on as orphaned and takes them out of their
- * payments' sums (exception recomputed). Before the detections' own reorg statement, which
- * resets a not yet PAID payment's transaction.
+ * Marks the chain's transfers from `fromNumber` on as orphaned, takes them out of their
+ * payments' sums (exception recomputed) and writes a `transfer.orphaned` record for each.
+ * Before the detections' own reorg statement, which resets a not yet PAID payment's transaction.
  */
-export const orphanTransfers = (sql: SqlClient.SqlClient, chain: ChainName, fromNumber: bigint) =>
+export const orphanTransfers = (
+  sql: SqlClient.SqlClient,
+  chain: ChainName,
+  fromNumber: bigint,
+  records: Pick<RecordsSink, "insertOrphanedRecords" | "occurredAt">
+) =>
   sql`
     WITH orphan AS (
       UPDATE transfers SET orphaned_at = clock_timestamp()
       WHERE chain = ${chain} AND orphaned_at IS NULL AND block_number >= ${fromNumber.toString()}::bigint
-      RETURNING payment_id, amount
+      RETURNING chain, asset, address, tx_hash, position, amount, block_number, block_hash, revivals, payment_id
     ),
-    lost AS (SELECT payment_id, sum(amount) AS amount FROM orphan WHERE payment_id IS NOT NULL GROUP BY payment_id)
-    UPDATE payments SET amount_received = payments.amount_received - lost.amount,
-      exception = ${exceptionSql(sql, "(payments.amount_received - lost.amount)")}
-    FROM lost WHERE payments.id = lost.payment_id`.pipe(Effect.asVoid)
+    lost AS (SELECT payment_id, sum(amount) AS amount FROM orphan WHERE payment_id IS NOT NULL GROUP BY payment_id),
+    reduced AS (
+      UPDATE payments SET amount_received = payments.amount_received - lost.amount,
+        exception = ${exceptionSql(sql, "(payments.amount_received - lost.amount)")}
+      FROM lost WHERE payments.id = lost.payment_id
+      RETURNING payments.id, payments.account_id, payments.amount_received
+    ),
+    o AS (
+      SELECT orphan.*, reduced.account_id AS user_id, reduced.amount_received AS received
+      FROM orphan LEFT JOIN reduced ON reduced.id = orphan.payment_id
+    )
+    ${records.insertOrphanedRecords("o", records.occurredAt)}`.pipe(Effect.asVoid)
 
 const OrphanedRow = Schema.Struct({
   kind: Schema.Literal("payment", "intent", "challenge"),

@@ -10,7 +10,7 @@
 import { SqlClient, type Statement } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Effect, type ParseResult, Queue, Schema } from "effect"
-import { accountingRecords, type RecordsBlock } from "./AccountingRecords.ts"
+import { accountingRecords, orphanedRecords, type RecordsBlock } from "./AccountingRecords.ts"
 import { makeDeliveryStore } from "./DeliveryStore.ts"
 import { makeEventStore } from "./EventStore.ts"
 import { type Fact, rowsOf } from "./Facts.ts"
@@ -92,6 +92,13 @@ export class Outbox extends Effect.Service<Outbox>()("confirmd/Outbox", {
         SELECT id, key, type, payload FROM (${accountingRecords(sql, source, block, occurredAt)}) AS e
         ON CONFLICT (id) DO NOTHING`
 
+    /** The `transfer.orphaned` records of the transfers in `source`, as `insertAccountingRecords`. */
+    const insertOrphanedRecords = (source: string, occurredAt: string): Statement.Fragment =>
+      sql`
+        INSERT INTO outbox_events (id, key, type, payload)
+        SELECT id, key, type, payload FROM (${orphanedRecords(sql, source, occurredAt)}) AS e
+        ON CONFLICT (id) DO NOTHING`
+
     /**
      * The webhook deliveries and `payment.paid` records (PaidRecords.ts) of the payments in a
      * relation of the caller's statement, as two of its data-modifying CTEs: built in SQL next
@@ -147,6 +154,7 @@ export class Outbox extends Effect.Service<Outbox>()("confirmd/Outbox", {
       write,
       record,
       insertAccountingRecords,
+      insertOrphanedRecords,
       paidInserts,
       requeue,
       /** The dispatcher's statements: claim, renew a lease, hand back, record an attempt. */

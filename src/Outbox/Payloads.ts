@@ -12,7 +12,9 @@
  * for amounts and block numbers.
  *
  * Event ids (`eventId`) are deterministic per fact, so a fact written twice (a block
- * re-processed) collides on the primary key instead of producing a second event.
+ * re-processed) collides on the primary key instead of producing a second event. A transfer's
+ * records name the block it was mined in (and how often that block came back after a reorg),
+ * so that the same transfer mined again, or back on the chain, is a new fact with a new record.
  */
 import { Schema } from "effect"
 import { TokenSymbol } from "../Domain/Asset.ts"
@@ -135,6 +137,28 @@ export const TransferUnattributedData = Schema.Struct({
   amountSmallest: Smallest
 })
 
+/**
+ * A recorded transfer whose block left the chain in a reorg: whatever was said of it
+ * (`payment.underpaid`, `payment.paid_late`, `transfer.unattributed`, or a payment's sum) no
+ * longer holds. Attributed, it names the payment and the payment's sum once the reorg's
+ * transfers are taken out; mined again, it gets a new record for its new block.
+ */
+export const TransferOrphanedData = Schema.Struct({
+  chain: ChainName,
+  address: Schema.String,
+  /** `native`, or the token contract. */
+  asset: Schema.String,
+  txHash: Schema.String,
+  position: Schema.String,
+  orphanedBlockNumber: BlockNumber,
+  orphanedBlockHash: Schema.String,
+  /** The transfer's. */
+  amountSmallest: Smallest,
+  paymentId: Schema.NullOr(Schema.UUID),
+  userId: Schema.NullOr(Schema.UUID),
+  receivedSmallest: Schema.NullOr(Smallest)
+})
+
 /** What a confirmed donation (challenge or signup intent) reports about its transfer. */
 const donationConfirmed = {
   chain: DonationChainName,
@@ -175,6 +199,7 @@ export const PaymentReorgedRecord = envelope("payment.reorged", PaymentReorgedDa
 export const PaymentUnderpaidRecord = envelope("payment.underpaid", PaymentTransferData)
 export const PaymentPaidLateRecord = envelope("payment.paid_late", PaymentTransferData)
 export const TransferUnattributedRecord = envelope("transfer.unattributed", TransferUnattributedData)
+export const TransferOrphanedRecord = envelope("transfer.orphaned", TransferOrphanedData)
 export const ChallengeConfirmedRecord = envelope("challenge.confirmed", ChallengeConfirmedData)
 export const IntentConfirmedRecord = envelope("intent.confirmed", IntentConfirmedData)
 
@@ -185,7 +210,8 @@ export const ConfirmationRecord = Schema.Union(
   IntentConfirmedRecord,
   PaymentUnderpaidRecord,
   PaymentPaidLateRecord,
-  TransferUnattributedRecord
+  TransferUnattributedRecord,
+  TransferOrphanedRecord
 )
 export type ConfirmationRecord = typeof ConfirmationRecord.Type
 export type ConfirmationRecordJson = typeof ConfirmationRecord.Encoded
@@ -208,14 +234,24 @@ export const eventId = {
   paymentReorged: (paymentId: string, orphanedBlockHash: string) => `payment.reorged:${paymentId}:${orphanedBlockHash}`,
   challengeConfirmed: (challengeId: string) => `challenge.confirmed:${challengeId}`,
   intentConfirmed: (intentId: string) => `intent.confirmed:${intentId}`,
-  /** Per transfer (transaction and position), so a replayed block writes the same id. */
-  paymentUnderpaid: (paymentId: string, txHash: string, position: string) =>
-    `payment.underpaid:${paymentId}:${txHash}:${position}`,
-  paymentPaidLate: (paymentId: string, txHash: string, position: string) =>
-    `payment.paid_late:${paymentId}:${txHash}:${position}`,
-  transferUnattributed: (chain: string, txHash: string, position: string) =>
-    `transfer.unattributed:${chain}:${txHash}:${position}`
+  /** Per transfer (transaction and position) and `transferOccurrence`: a replayed block writes the same id. */
+  paymentUnderpaid: (paymentId: string, txHash: string, position: string, occurrence: string) =>
+    `payment.underpaid:${paymentId}:${txHash}:${position}:${occurrence}`,
+  paymentPaidLate: (paymentId: string, txHash: string, position: string, occurrence: string) =>
+    `payment.paid_late:${paymentId}:${txHash}:${position}:${occurrence}`,
+  transferUnattributed: (chain: string, txHash: string, position: string, occurrence: string) =>
+    `transfer.unattributed:${chain}:${txHash}:${position}:${occurrence}`,
+  /** The occurrence the transfer's record named: each is orphaned at most once. */
+  transferOrphaned: (chain: string, txHash: string, position: string, occurrence: string) =>
+    `transfer.orphaned:${chain}:${txHash}:${position}:${occurrence}`
 } as const
+
+/**
+ * Which time a transfer is on the chain: its block's hash, and after that block was orphaned
+ * and became canonical again `revivals` times, that count (`<hash>:<revivals>`).
+ */
+export const transferOccurrence = (blockHash: string, revivals: number): string =>
+  revivals === 0 ? blockHash : `${blockHash}:${revivals}`
 
 /** Whose secrets sign the delivery `deliveryId`: a challenge's callback is signed by the challenge, the rest by the account. */
 export const signerKindOf = (deliveryId: string): "account" | "challenge" =>
@@ -262,6 +298,9 @@ const keyOf = (record: ConfirmationRecord): string => {
       return record.data.paymentId
     case "transfer.unattributed":
       return `${record.data.chain}:${record.data.address}`
+    case "transfer.orphaned":
+      // The key of the record it takes back, so that the two stay in order.
+      return record.data.paymentId ?? `${record.data.chain}:${record.data.address}`
     case "challenge.confirmed":
       return record.data.challengeId
     case "intent.confirmed":
@@ -306,24 +345,42 @@ export const confirmationRecord = {
     occurredAt,
     data
   }),
-  paymentUnderpaid: (data: typeof PaymentTransferData.Type, occurredAt: Date): ConfirmationRecord => ({
+  /** `revivals`: see `transferOccurrence`. */
+  paymentUnderpaid: (data: typeof PaymentTransferData.Type, occurredAt: Date, revivals = 0): ConfirmationRecord => ({
     version: 1,
-    id: eventId.paymentUnderpaid(data.paymentId, data.txHash, data.position),
+    id: eventId.paymentUnderpaid(data.paymentId, data.txHash, data.position, transferOccurrence(data.blockHash, revivals)),
     type: "payment.underpaid",
     occurredAt,
     data
   }),
-  paymentPaidLate: (data: typeof PaymentTransferData.Type, occurredAt: Date): ConfirmationRecord => ({
+  paymentPaidLate: (data: typeof PaymentTransferData.Type, occurredAt: Date, revivals = 0): ConfirmationRecord => ({
     version: 1,
-    id: eventId.paymentPaidLate(data.paymentId, data.txHash, data.position),
+    id: eventId.paymentPaidLate(data.paymentId, data.txHash, data.position, transferOccurrence(data.blockHash, revivals)),
     type: "payment.paid_late",
     occurredAt,
     data
   }),
-  transferUnattributed: (data: typeof TransferUnattributedData.Type, occurredAt: Date): ConfirmationRecord => ({
+  transferUnattributed: (
+    data: typeof TransferUnattributedData.Type,
+    occurredAt: Date,
+    revivals = 0
+  ): ConfirmationRecord => ({
     version: 1,
-    id: eventId.transferUnattributed(data.chain, data.txHash, data.position),
+    id: eventId.transferUnattributed(data.chain, data.txHash, data.position, transferOccurrence(data.blockHash, revivals)),
     type: "transfer.unattributed",
+    occurredAt,
+    data
+  }),
+  /** `revivals`: the orphaned occurrence's (see `transferOccurrence`). */
+  transferOrphaned: (data: typeof TransferOrphanedData.Type, occurredAt: Date, revivals = 0): ConfirmationRecord => ({
+    version: 1,
+    id: eventId.transferOrphaned(
+      data.chain,
+      data.txHash,
+      data.position,
+      transferOccurrence(data.orphanedBlockHash, revivals)
+    ),
+    type: "transfer.orphaned",
     occurredAt,
     data
   })

@@ -1,10 +1,11 @@
 import { describe, expect, it } from "@effect/vitest"
 import { SqlClient } from "@effect/sql"
-import { Effect } from "effect"
+import { Effect, Schema } from "effect"
 import { MatcherCursors } from "../../src/Matcher/Cursors.ts"
 import { sweepExpired } from "../../src/Watches/ExpirySweeper.ts"
 import { subscribe } from "../support/TestApp.ts"
-import { block, type Harness, hook, makeHarness, reorg, txHash } from "./harness.ts"
+import { ConfirmationRecord } from "../../src/Outbox/Payloads.ts"
+import { block, type Harness, hashOf, hook, makeHarness, reorg, txHash } from "./harness.ts"
 
 /** Heights far above the test node's, so that the app's own ingesters never collide with them. */
 const above = (startBlock: bigint) => startBlock + 1_000_000_000n
@@ -53,6 +54,8 @@ const transfers = (h: Harness) =>
 
 const events = (h: Harness) =>
   h.sql<{ id: string; type: string }>`SELECT id, type FROM outbox_events ORDER BY created_at, id`.pipe(Effect.orDie)
+
+const decodeRecord = (payload: unknown) => Schema.decodeUnknown(ConfirmationRecord)(payload).pipe(Effect.orDie)
 
 const deliveries = (h: Harness) =>
   h.sql<{ id: string }>`SELECT id FROM webhook_deliveries`.pipe(Effect.orDie)
@@ -214,6 +217,49 @@ describe("matcher: every cent accounted for", { timeout: 120_000 }, () => {
       yield* h.settled("ethereum")
       expect(yield* row(h, p)).toMatchObject({ status: "PAID", tx_hash: b, amount_received: p.amount.toString(), exception: null })
       expect(yield* deliveries(h)).toHaveLength(1)
+    }).pipe(Effect.scoped))
+
+  it.live("the topic takes back a transfer a reorg took off the chain, and reports it again when it is mined again", () =>
+    Effect.gen(function*() {
+      const h = yield* makeHarness("embedded")
+      const p = yield* createPayment(h, addr(8))
+      const part = { to: p.address, value: 100n, txHash: txHash() }
+      const first = block("ethereum", p.n, [part])
+      yield* h.publish(first, reorg("ethereum", p.n, p.n))
+      yield* h.settled("ethereum")
+      expect(yield* row(h, p)).toMatchObject({ amount_received: "0", exception: null })
+      // Mined again in another block, which is reorged out in turn; then the chain comes back
+      // to the first block, the very same one.
+      yield* h.publish(block("ethereum", p.n, [part], { fork: "b", parentFork: "a" }), reorg("ethereum", p.n, p.n, "b"), first)
+      yield* h.settled("ethereum")
+      expect(yield* row(h, p)).toMatchObject({ amount_received: "100", exception: "underpaid" })
+
+      const published = yield* h.sql<{ id: string; payload: unknown }>`
+        SELECT id, payload FROM outbox_events WHERE key = ${p.id} ORDER BY created_at, id`.pipe(Effect.orDie)
+      const records = yield* Effect.forEach(published, (r) => decodeRecord(r.payload))
+      const said = records.map((r) =>
+        r.type === "payment.underpaid"
+          ? [r.type, r.data.blockHash, r.data.receivedSmallest]
+          : r.type === "transfer.orphaned"
+          ? [r.type, r.data.orphanedBlockHash, r.data.receivedSmallest]
+          : [r.type]
+      )
+      const [a, b] = [hashOf("ethereum", p.n, "a"), hashOf("ethereum", p.n, "b")]
+      expect(said).toEqual([
+        ["payment.underpaid", a, 100n],
+        ["transfer.orphaned", a, 0n],
+        ["payment.underpaid", b, 100n],
+        ["transfer.orphaned", b, 0n],
+        ["payment.underpaid", a, 100n]
+      ])
+      expect(new Set(records.map((r) => r.id)).size).toBe(5)
+      const taken = records[1]!
+      expect(taken.type === "transfer.orphaned" && taken.data).toMatchObject({
+        paymentId: p.id,
+        txHash: part.txHash,
+        orphanedBlockNumber: p.n,
+        amountSmallest: 100n
+      })
     }).pipe(Effect.scoped))
 
   it.live("token transfers re-mined after the payment's expiry at other log indexes keep their payment: paid in time", () =>
