@@ -89,10 +89,11 @@ const donationStatements = (
 
 /**
  * Writes an attribution in one statement: the recorded transfers (a replayed block collides on
- * their key) and their confirmation-topic records (colliding on their ids), the payments' sums
- * and exceptions (the completing transfer sets `tx_hash`, its block counting as the first
- * confirmation; a late one leaves the payment EXPIRED and closes its watch), the confirmed intents and challenges (activating a signup's
- * subscription), and the detections. Returns the confirmed intents and challenges.
+ * their key) and the confirmation-topic records of those it inserted or brought back, the
+ * payments' sums and exceptions (the completing transfer sets `tx_hash`, its block counting as
+ * the first confirmation; a late one leaves the payment EXPIRED and closes its watch), the
+ * confirmed intents and challenges (activating a signup's subscription), and the detections.
+ * Returns the confirmed intents and challenges.
  */
 export const writeAttribution = (
   sql: SqlClient.SqlClient,

@@ -30,8 +30,8 @@ const occurrence = (sql: SqlClient.SqlClient, hash: Statement.Fragment): Stateme
  * relation of the calling statement with the columns `event` (an `AccountingEvent`, or null for
  * none), `asset`, `address`, `tx_hash`, `position`, `amount` (the transfer's), `revivals` (see
  * `transferOccurrence`), and for a payment's record `payment_id`, `user_id`, `payment_address`,
- * `payment_amount` and `received` (the payment's sum right after the transfer). `occurredAt`: ISO 8601 UTC, as `Schema.Date`
- * encodes it.
+ * `payment_amount` and `received` (the payment's sum right after the transfer). `occurredAt`:
+ * ISO 8601 UTC, as `Schema.Date` encodes it.
  */
 export const accountingRecords = (sql: SqlClient.SqlClient, source: string, block: RecordsBlock, occurredAt: string) => {
   const at = occurrence(sql, sql`${block.hash}::text`)
@@ -41,10 +41,8 @@ export const accountingRecords = (sql: SqlClient.SqlClient, source: string, bloc
              AS payload
     FROM (
       SELECT r.event AS type,
-             CASE WHEN r.event = 'transfer.unattributed'
-               THEN r.event || ':' || ${block.chain}::text || ':' || r.tx_hash || ':' || r.position || ':' || ${at}
-               ELSE r.event || ':' || r.payment_id::text || ':' || r.tx_hash || ':' || r.position || ':' || ${at}
-             END AS id,
+             r.event || ':' || CASE WHEN r.event = 'transfer.unattributed' THEN ${block.chain}::text ELSE r.payment_id::text END
+               || ':' || r.tx_hash || ':' || r.position || ':' || ${at} AS id,
              CASE WHEN r.event = 'transfer.unattributed' THEN ${block.chain}::text || ':' || r.address
                ELSE r.payment_id::text
              END AS key,
@@ -71,15 +69,14 @@ export const accountingRecords = (sql: SqlClient.SqlClient, source: string, bloc
  * `position`, `amount`, `block_number`, `block_hash`, `revivals`, `payment_id`) and, for an
  * attributed one, `user_id` and `received` (the payment's sum once the reorg's transfers are out).
  */
-export const orphanedRecords = (sql: SqlClient.SqlClient, source: string, occurredAt: string) =>
-  sql`
+export const orphanedRecords = (sql: SqlClient.SqlClient, source: string, occurredAt: string) => {
+  const at = occurrence(sql, sql`r.block_hash`)
+  return sql`
     SELECT e.id, e.key, 'transfer.orphaned' AS type,
            jsonb_build_object('version', 1, 'id', e.id, 'type', 'transfer.orphaned', 'occurredAt', ${occurredAt}::text,
                               'data', e.data) AS payload
     FROM (
-      SELECT 'transfer.orphaned:' || r.chain || ':' || r.tx_hash || ':' || r.position || ':' || ${
-    occurrence(sql, sql`r.block_hash`)
-  } AS id,
+      SELECT 'transfer.orphaned:' || r.chain || ':' || r.tx_hash || ':' || r.position || ':' || ${at} AS id,
              COALESCE(r.payment_id::text, r.chain || ':' || r.address) AS key,
              jsonb_build_object(
                'chain', r.chain, 'address', r.address, 'asset', r.asset, 'txHash', r.tx_hash, 'position', r.position,
@@ -88,3 +85,4 @@ export const orphanedRecords = (sql: SqlClient.SqlClient, source: string, occurr
                'receivedSmallest', r.received::text) AS data
       FROM ${sql(source)} r
     ) e`
+}
