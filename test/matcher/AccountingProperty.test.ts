@@ -94,6 +94,19 @@ const payments = (h: Harness) =>
              AS late
     FROM payments p ORDER BY p.created_at`.pipe(Effect.orDie)
 
+/**
+ * Each transfer to `address` the matcher recorded, with how many `transfer.orphaned` records
+ * name its block: one for every time that block left the chain.
+ */
+const retractions = (h: Harness, address: string) =>
+  h.sql<{ tx_hash: string; revivals: number; orphaned: boolean; retracted: number }>`
+    SELECT t.tx_hash, t.revivals, t.orphaned_at IS NOT NULL AS orphaned,
+           (SELECT count(*) FROM outbox_events e
+            WHERE e.type = 'transfer.orphaned' AND e.payload -> 'data' ->> 'txHash' = t.tx_hash
+              AND e.payload -> 'data' ->> 'position' = t.position
+              AND e.payload -> 'data' ->> 'orphanedBlockHash' = t.block_hash)::int AS retracted
+    FROM transfers t WHERE t.chain = 'ethereum' AND t.address = ${address}`.pipe(Effect.orDie)
+
 /** The invariants of one payment, each failure naming the payment and the step. */
 const expectAccounted = (p: PaymentRow, where: string) => {
   const sum = BigInt(p.attributed)
@@ -190,8 +203,13 @@ layer(chainLayer, { excludeTestServices: true })("matcher accounting as a proper
           }
           yield* h.settled("ethereum")
           const ids = new Set(created.map((c) => c.id))
+          const where = `after step ${index} of ${JSON.stringify(run, (_, v) => typeof v === "bigint" ? String(v) : v)}`
           for (const p of (yield* payments(h)).filter((p) => ids.has(p.id))) {
-            expectAccounted(p, `after step ${index} of ${JSON.stringify(run, (_, v) => typeof v === "bigint" ? String(v) : v)}`)
+            expectAccounted(p, where)
+          }
+          // The topic took back every transfer whose block left the chain, once each time.
+          for (const t of yield* retractions(h, address)) {
+            expect(t.retracted, `${where}: ${JSON.stringify(t)}`).toBe(t.revivals + (t.orphaned ? 1 : 0))
           }
         }
       }),
@@ -246,6 +264,7 @@ layer(chainLayer, { excludeTestServices: true })("matcher accounting as a proper
       expect(back).toMatchObject({ received: amount.toString(), tx_hash: paying.transfers[0]!.txHash })
       expectAccounted(back, "after the block came back")
       expect(yield* logged).toEqual([false])
+      expect(yield* retractions(h, address)).toMatchObject([{ revivals: 1, orphaned: false, retracted: 1 }])
 
       // Replaced once more, and a block on top: out of the sum again, and the payment waits for a
       // transaction again instead of being PAID by one that is no longer on the chain.
@@ -259,5 +278,6 @@ layer(chainLayer, { excludeTestServices: true })("matcher accounting as a proper
       const gone = yield* shown
       expectAccounted(gone, "after the next reorg")
       expect(gone).toMatchObject({ status: "PENDING", received: "0", exception: null, tx_hash: null })
+      expect(yield* retractions(h, address)).toMatchObject([{ revivals: 1, orphaned: true, retracted: 2 }])
     }), { timeout: 60_000 })
 })
