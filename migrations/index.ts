@@ -44,5 +44,6 @@ export const migrations: ReadonlyArray<MigrationEntry> = [
   { file: "00020_orphaned_hashes", previousReleaseSurvives: true, load: () => import("./00020_orphaned_hashes.ts") },
   { file: "00021_late_window_holds", previousReleaseSurvives: true, load: () => import("./00021_late_window_holds.ts") },
   { file: "00022_underpaid_rests", previousReleaseSurvives: true, load: () => import("./00022_underpaid_rests.ts") },
-  { file: "00023_transfer_revivals", previousReleaseSurvives: true, load: () => import("./00023_transfer_revivals.ts") }
+  // An older matcher beside this one would lose or double transfers on the confirmations topic.
+  { file: "00023_transfer_revivals", previousReleaseSurvives: false, load: () => import("./00023_transfer_revivals.ts") }
 ]
