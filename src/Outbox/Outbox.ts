@@ -82,22 +82,23 @@ export class Outbox extends Effect.Service<Outbox>()("confirmd/Outbox", {
     }
 
     /**
-     * The accounting records (`AccountingRecords.ts`) of the transfers in `source`, a relation of
-     * the caller's statement, inserted as `write` inserts events, as a data-modifying CTE of that
-     * statement: records built in SQL next to the rows they report, in the same round trip.
+     * Outbox rows built in SQL (`id`, `key`, `type`, `payload`), inserted as `write` inserts
+     * events, as a data-modifying CTE of the caller's statement: records built next to the rows
+     * they report, in the same round trip.
      */
-    const insertAccountingRecords = (source: string, block: RecordsBlock, occurredAt: string): Statement.Fragment =>
+    const insertBuilt = (records: Statement.Fragment): Statement.Fragment =>
       sql`
         INSERT INTO outbox_events (id, key, type, payload)
-        SELECT id, key, type, payload FROM (${accountingRecords(sql, source, block, occurredAt)}) AS e
+        SELECT id, key, type, payload FROM (${records}) AS e
         ON CONFLICT (id) DO NOTHING`
 
-    /** The `transfer.orphaned` records of the transfers in `source`, as `insertAccountingRecords`. */
+    /** The accounting records (`AccountingRecords.ts`) of the transfers in `source`, a relation of the caller's statement. */
+    const insertAccountingRecords = (source: string, block: RecordsBlock, occurredAt: string): Statement.Fragment =>
+      insertBuilt(accountingRecords(sql, source, block, occurredAt))
+
+    /** The `transfer.orphaned` records of the transfers in `source`, a relation of the caller's statement. */
     const insertOrphanedRecords = (source: string, occurredAt: string): Statement.Fragment =>
-      sql`
-        INSERT INTO outbox_events (id, key, type, payload)
-        SELECT id, key, type, payload FROM (${orphanedRecords(sql, source, occurredAt)}) AS e
-        ON CONFLICT (id) DO NOTHING`
+      insertBuilt(orphanedRecords(sql, source, occurredAt))
 
     /**
      * The webhook deliveries and `payment.paid` records (PaidRecords.ts) of the payments in a
