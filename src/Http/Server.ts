@@ -38,6 +38,7 @@ import { newUuid } from "../Domain/Ids.ts"
 import { SchemaFence } from "../Supervision/SchemaFence.ts"
 import { lacksHost } from "./NodeServer.ts"
 import { withPageSecurity } from "./PageSecurity.ts"
+import { withRequestSpans } from "../Tracing/RequestSpans.ts"
 import { makeRequestGuard } from "./RequestGuard.ts"
 
 /** Request bodies are small JSON documents; anything larger is refused (413) however it is framed. */
@@ -142,16 +143,20 @@ const ApiLive = HttpApiBuilder.api(ConfirmdApi).pipe(
  * The API and the operator endpoints served on whatever `HttpServer` is provided (a socket in
  * `main`, port 0 in tests); every request counted in the HTTP metrics.
  */
-export const HttpLive = HttpApiBuilder.serve((app) => withHttpMetrics(withRequestId(withPageSecurity(app)))).pipe(
-  Layer.provide(HttpApiSwagger.layer({ path: "/docs" })),
-  // /metrics and /ops/status: beside the API, outside its OpenAPI document (Ops/Http.ts).
-  Layer.provide(OpsRoutesLive),
-  // /pay/...: the hosted checkout pages for payers, outside it too (Http/Checkout.ts).
-  Layer.provide(CheckoutRoutesLive),
-  Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
-  Layer.provide(RequestErrorsLive),
-  Layer.provide(ApiLive),
-  HttpServer.withLogAddress
+export const HttpLive = withRequestSpans(
+  (middleware) =>
+    HttpApiBuilder.serve(middleware).pipe(
+      Layer.provide(HttpApiSwagger.layer({ path: "/docs" })),
+      // /metrics and /ops/status: beside the API, outside its OpenAPI document (Ops/Http.ts).
+      Layer.provide(OpsRoutesLive),
+      // /pay/...: the hosted checkout pages for payers, outside it too (Http/Checkout.ts).
+      Layer.provide(CheckoutRoutesLive),
+      Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
+      Layer.provide(RequestErrorsLive),
+      Layer.provide(ApiLive),
+      HttpServer.withLogAddress
+    ),
+  (app) => withHttpMetrics(withRequestId(withPageSecurity(app)))
 )
 
 /**

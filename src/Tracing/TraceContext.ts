@@ -11,7 +11,7 @@
  * OpenTelemetry consumer of the confirmations topic reads too.
  */
 import { Headers, HttpTraceContext } from "@effect/platform"
-import { Effect, Option, Tracer } from "effect"
+import { Effect, FiberRef, Option, Tracer } from "effect"
 
 /** The header (and column) name of the carried context. */
 export const traceparentHeader = "traceparent"
@@ -20,10 +20,16 @@ export const traceparentHeader = "traceparent"
 export const traceparentOf = (span: Tracer.AnySpan): string =>
   `00-${span.traceId}-${span.spanId}-${span.sampled ? "01" : "00"}`
 
-/** The current span's `traceparent`; null outside any span. */
-export const currentTraceparent: Effect.Effect<string | null> = Effect.map(
-  Effect.option(Effect.currentParentSpan),
-  Option.match({ onNone: () => null, onSome: traceparentOf })
+/**
+ * The current span's `traceparent`; null outside any span, and where spans are off (a request
+ * while traces go nowhere, ./RequestSpans.ts), whose spans stand for no trace.
+ */
+export const currentTraceparent: Effect.Effect<string | null> = Effect.flatMap(
+  FiberRef.get(FiberRef.currentTracerEnabled),
+  (enabled) =>
+    enabled
+      ? Effect.map(Effect.option(Effect.currentParentSpan), Option.match({ onNone: () => null, onSome: traceparentOf }))
+      : Effect.succeed(null)
 )
 
 /** The span a carried `traceparent` names; none when absent or malformed (a record from older code). */
