@@ -1,6 +1,6 @@
 /**
  * Headers that keep a browser from misreading or framing what the service sends, on every
- * response whatever produced it:
+ * response whatever produced it (set with its request id, Http/Server.ts):
  *
  * - `X-Content-Type-Options: nosniff` everywhere: a body is what its media type says;
  * - an HTML page that brings no `Content-Security-Policy` of its own (the checkout pages do)
@@ -9,8 +9,7 @@
  *   browsers) keeps it out of other sites' frames. `/docs` is such a page: the platform writes
  *   it, so its hashes are read from the page itself, once per page.
  */
-import { HttpApp, HttpMiddleware, HttpServerResponse } from "@effect/platform"
-import { Effect } from "effect"
+import type { HttpServerResponse } from "@effect/platform"
 import { createHash } from "node:crypto"
 
 /** Inline `<script>` and `<style>` elements: their text is what a hash must match. */
@@ -44,7 +43,8 @@ const decoder = new TextDecoder()
 const contentTypeOf = (response: HttpServerResponse.HttpServerResponse) =>
   response.headers["content-type"] ?? ("contentType" in response.body ? response.body.contentType : "")
 
-const secure = (response: HttpServerResponse.HttpServerResponse): HttpServerResponse.HttpServerResponse => {
+/** The headers `response` lacks of these (none, mostly, but `nosniff`). */
+export const securityHeaders = (response: HttpServerResponse.HttpServerResponse): Record<string, string> => {
   const headers: Record<string, string> = {}
   if (response.headers["x-content-type-options"] === undefined) headers["x-content-type-options"] = "nosniff"
   if (contentTypeOf(response).toLowerCase().startsWith("text/html") && response.headers["content-security-policy"] === undefined) {
@@ -59,12 +59,5 @@ const secure = (response: HttpServerResponse.HttpServerResponse): HttpServerResp
     headers["content-security-policy"] = policy ?? policyFor("")
     if (response.headers["x-frame-options"] === undefined) headers["x-frame-options"] = "DENY"
   }
-  return Object.keys(headers).length === 0 ? response : HttpServerResponse.setHeaders(response, headers)
+  return headers
 }
-
-export const withPageSecurity = HttpMiddleware.make((app) =>
-  Effect.zipRight(
-    HttpApp.appendPreResponseHandler((_request, response) => Effect.succeed(secure(response))),
-    app
-  )
-)

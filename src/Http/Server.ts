@@ -37,7 +37,7 @@ import {
 import { newUuid } from "../Domain/Ids.ts"
 import { SchemaFence } from "../Supervision/SchemaFence.ts"
 import { lacksHost } from "./NodeServer.ts"
-import { withPageSecurity } from "./PageSecurity.ts"
+import { securityHeaders } from "./PageSecurity.ts"
 import { withRequestSpans } from "../Tracing/RequestSpans.ts"
 import { makeRequestGuard } from "./RequestGuard.ts"
 
@@ -119,15 +119,16 @@ const RequestErrorsLive = HttpApiBuilder.middleware(Effect.gen(function*() {
 }))
 
 /**
- * Every response, whatever produced it, carries a fresh `X-Request-Id`, also set on the logs.
- * The annotation is set on the request's fiber rather than scoped to `app` (a `locally`, a
- * tenth of a request's operations): the platform runs each request in a fiber of its own,
- * which ends with it.
+ * Every response, whatever produced it, carries a fresh `X-Request-Id`, also set on the logs,
+ * and the security headers (PageSecurity.ts), in one pre-response handler: each handler is an
+ * update of the request's handlers and a step of its response. The annotation is set on the
+ * request's fiber rather than scoped to `app` (a `locally`, a tenth of a request's operations):
+ * the platform runs each request in a fiber of its own, which ends with it.
  */
-export const withRequestId = HttpMiddleware.make((app) =>
+export const withResponseHeaders = HttpMiddleware.make((app) =>
   Effect.flatMap(newUuid, (requestId) =>
     HttpApp.appendPreResponseHandler((_request, response) =>
-      Effect.succeed(HttpServerResponse.setHeader(response, "x-request-id", requestId))
+      Effect.succeed(HttpServerResponse.setHeaders(response, { "x-request-id": requestId, ...securityHeaders(response) }))
     ).pipe(
       Effect.zipRight(FiberRef.update(FiberRef.currentLogAnnotations, HashMap.set<string, unknown>("requestId", requestId))),
       Effect.zipRight(app)
@@ -156,7 +157,7 @@ export const HttpLive = withRequestSpans(
       Layer.provide(ApiLive),
       HttpServer.withLogAddress
     ),
-  (app) => withHttpMetrics(withRequestId(withPageSecurity(app)))
+  (app) => withHttpMetrics(withResponseHeaders(app))
 )
 
 /**
