@@ -43,7 +43,7 @@ const decoder = new TextDecoder()
 const contentTypeOf = (response: HttpServerResponse.HttpServerResponse) =>
   response.headers["content-type"] ?? ("contentType" in response.body ? response.body.contentType : "")
 
-/** The headers `response` lacks of these (none, mostly, but `nosniff`). */
+/** Which of these headers `response` does not set itself: for most responses, `nosniff` alone. */
 export const securityHeaders = (response: HttpServerResponse.HttpServerResponse): Record<string, string> => {
   const headers: Record<string, string> = {}
   if (response.headers["x-content-type-options"] === undefined) headers["x-content-type-options"] = "nosniff"
