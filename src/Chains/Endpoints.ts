@@ -123,10 +123,15 @@ export const makeEndpointPool = (options: {
     const runtime = yield* Effect.runtime<never>()
     const timeoutMs = Duration.toMillis(options.timeout)
 
+    // The body's size is limited by `fetchFn` as it arrives (NodeFetch.ts), so viem only takes its text.
     const viemHttp = (url: string, batch: boolean) =>
-      http(url, { timeout: timeoutMs, retryCount: 0, batch: batch ? { batchSize: 32 } : false, fetchFn: options.fetchFn })({
-        retryCount: 0
-      })
+      http(url, {
+        timeout: timeoutMs,
+        retryCount: 0,
+        batch: batch ? { batchSize: 32 } : false,
+        fetchFn: options.fetchFn,
+        maxResponseBodySize: false
+      })({ retryCount: 0 })
 
     const ask = (transport: ReturnType<Transport>, args: RpcArgs) =>
       Effect.tryPromise({ try: () => transport.request(args) as Promise<unknown>, catch: (error) => error })
