@@ -12,12 +12,11 @@ import {
 import { arbitrum, avalanche, base, bsc, linea, mainnet, optimism, polygon, zksync } from "viem/chains"
 import type { ChainName } from "../Domain/Chain.ts"
 import { type ChainBlock, ChainUnavailable } from "./Block.ts"
-import { describeRpcError, type EndpointPool, isAnswer, rateLimit } from "./Endpoints.ts"
+import { type CallOptions, describeRpcError, type EndpointPool, isAnswer, rateLimit } from "./Endpoints.ts"
 import {
   type BlockReading,
   makeBlockReader,
   NodeRefused,
-  type RpcRequest,
   saysNoSuchMethod,
   type TracesSetting
 } from "./EvmBlocks.ts"
@@ -94,7 +93,7 @@ export const makeEvmClient = (
   const deniesMethod = (error: unknown) =>
     (error instanceof HttpRequestError && (error.status === 404 || error.status === 405)) ||
     saysNoSuchMethod(error instanceof RpcError || error instanceof RpcRequestError ? error.code : undefined, describeRpcError(error))
-  const request: RpcRequest = (method, params, options) =>
+  const request = (method: string, params: ReadonlyArray<unknown>, options?: CallOptions) =>
     endpoints.request(method, params, options).pipe(
       Effect.mapError((error) => {
         // Asked of every endpoint: "no such method" only when each said so.
@@ -117,8 +116,8 @@ export const makeEvmClient = (
     )
 
   /** A call whose refusal is the node failing us too. */
-  const required = (method: string, params: ReadonlyArray<unknown>) =>
-    Effect.catchTag(request(method, params), "NodeRefused", (refused) =>
+  const required = (method: string, params: ReadonlyArray<unknown>, options?: CallOptions) =>
+    Effect.catchTag(request(method, params, options), "NodeRefused", (refused) =>
       Effect.fail(new ChainUnavailable({ chain, message: `${method}: ${refused.message}` })))
 
   const decoded = <A, I>(schema: Schema.Schema<A, I>, method: string) => (answer: unknown) =>
@@ -136,6 +135,7 @@ export const makeEvmClient = (
   })
 
   // Only the height and hash are read: a full block header is decoded for them, and nothing else kept.
+  // Asked beside a poll's blocks, it shares their JSON-RPC batch.
   const finalized = request("eth_getBlockByNumber", ["finalized", false]).pipe(
     Effect.flatMap(decoded(Schema.NullOr(Schema.Struct({ number: Quantity, hash: Schema.String })), "eth_getBlockByNumber finalized")),
     Effect.map((block) => Option.map(Option.fromNullable(block), (b): FinalizedBlock => ({ number: BigInt(b.number), hash: b.hash }))),
@@ -147,10 +147,11 @@ export const makeEvmClient = (
   return {
     chain,
     client,
-    head: required("eth_blockNumber", []).pipe(Effect.flatMap(decoded(Quantity, "eth_blockNumber")), Effect.map(BigInt)),
+    // A poll's head and a fork check's hash are asked alone: nothing joins their batch.
+    head: required("eth_blockNumber", [], { alone: true }).pipe(Effect.flatMap(decoded(Quantity, "eth_blockNumber")), Effect.map(BigInt)),
     finalized,
     blockHash: (height) =>
-      required("eth_getBlockByNumber", [`0x${height.toString(16)}`, false]).pipe(
+      required("eth_getBlockByNumber", [`0x${height.toString(16)}`, false], { alone: true }).pipe(
         Effect.flatMap(decoded(header, `eth_getBlockByNumber ${height}`)),
         Effect.flatMap((block) =>
           block === null

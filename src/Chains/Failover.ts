@@ -185,9 +185,13 @@ export const makeFailover = <C>(kind: EndpointKind<C>, options: {
 
     /**
      * Readies the endpoint once: it becomes ready or refused; unreachable, it stays
-     * unchecked and the failure is the answer.
+     * unchecked and the failure is the answer. Every call asks; only an unchecked endpoint
+     * takes the lock.
      */
     const check = (endpoint: Endpoint<C>) =>
+      Effect.flatMap(Ref.get(endpoint.health), (health) => health.state === "unchecked" ? checkOnce(endpoint) : Effect.void)
+
+    const checkOnce = (endpoint: Endpoint<C>) =>
       endpoint.checking.withPermits(1)(Effect.gen(function*() {
         if ((yield* Ref.get(endpoint.health)).state !== "unchecked") return
         const readied = yield* kind.connect(endpoint.url)

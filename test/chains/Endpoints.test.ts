@@ -286,20 +286,35 @@ describe("several endpoints per chain", () => {
       }).pipe(withClients(env))
     }).pipe(Effect.scoped))
 
-  it.live("a node answering JSON-RPC batches gets batching", () =>
+  it.live("a node answering JSON-RPC batches gets batching; a poll's head and hash are sent alone", () =>
     Effect.gen(function*() {
       const { anvil } = yield* anvilEnv
+      // What each request carried: a batch (an array) or one call, and its methods.
+      const requests: Array<{ readonly batch: boolean; readonly methods: ReadonlyArray<string> }> = []
+      const recorder = yield* endpointInFront(anvil, ({ body, calls }, response) => {
+        requests.push({ batch: Array.isArray(JSON.parse(body)), methods: calls.map((call) => call.method) })
+        void fetch(anvil, { method: "POST", headers: { "content-type": "application/json" }, body })
+          .then(async (forwarded) => response.writeHead(forwarded.status, { "content-type": "application/json" }).end(await forwarded.text()))
+      })
       yield* Effect.gen(function*() {
         const clients = yield* ChainClients
         yield* clients.head("ethereum")
         expect((yield* clients.endpoints("ethereum")).map((h) => h.batching)).toEqual([true])
-        // Blocks fetched at once share batches and still come back in order.
         const head = yield* clients.head("ethereum")
+        yield* clients.blockHash("ethereum", head)
+        // A poll's head and a hash go out as single calls, not batches of one.
+        expect(requests).toEqual([
+          { batch: false, methods: ["eth_blockNumber"] },
+          { batch: false, methods: ["eth_blockNumber"] },
+          { batch: false, methods: ["eth_getBlockByNumber"] }
+        ])
+        // Blocks fetched at once share batches and still come back in order.
         const heights = [0n, 1n, 2n, 3n].map((n) => n <= head ? n : head)
         const blocks = yield* Effect.forEach(heights, (h) => clients.block("ethereum", h), { concurrency: "unbounded" })
         expect(blocks.map((b) => b.number)).toEqual(heights)
-      }).pipe(withClients({ CHAINS: "ethereum", CHAIN_ID_ETHEREUM: "31337", RPC_URL_ETHEREUM: anvil }))
-    }))
+        expect(requests.slice(3).some((request) => request.batch && request.methods.length > 1)).toBe(true)
+      }).pipe(withClients({ CHAINS: "ethereum", CHAIN_ID_ETHEREUM: "31337", RPC_URL_ETHEREUM: recorder.url }))
+    }).pipe(Effect.scoped))
 })
 
 /**
