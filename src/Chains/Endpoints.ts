@@ -16,7 +16,7 @@
  *   viem's batching, so the blocks fetched at once while catching up share HTTP requests. A
  *   call asked `alone` (a poll's head, a fork check's hash: nothing is asked beside them)
  *   skips viem's batch scheduler, which holds every call for a timer before sending it: a
- *   batch of one was sent about 1 ms later, for 0.1-0.2 ms more CPU (docs/benchmarks.md).
+ *   batch of one was sent about 1 ms later, for about 0.1 ms more CPU (docs/benchmarks.md).
  *
  * Why not viem's `fallback` transport: it has no per-endpoint `Retry-After`, no chain-id
  * gate, no hedging, and its ranking pings every endpoint forever on a timer that cannot be
