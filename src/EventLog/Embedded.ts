@@ -29,7 +29,7 @@
  */
 import type { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
-import { Chunk, Duration, Effect, Layer, Option, Stream, SubscriptionRef } from "effect"
+import { Chunk, Deferred, Duration, Effect, Layer, Option, Ref, Stream } from "effect"
 import { makeEmbeddedTables, type RecordRow } from "./EmbeddedTables.ts"
 import {
   EventLog,
@@ -73,6 +73,13 @@ const failed = (operation: string) => (cause: SqlError) =>
 
 const partitionKey = (topic: string, partition: number) => `${topic}\u0000${partition}`
 
+/** A partition's newest high published by this process, and the wake-up of whoever waits for the next. */
+interface PublishedHigh {
+  readonly high: bigint
+  /** Completed (and replaced) by the next publish. */
+  readonly grown: Deferred.Deferred<void>
+}
+
 export const makeEmbedded = (
   settings: EventLogSettings,
   options: EmbeddedOptions = {}
@@ -85,7 +92,7 @@ export const makeEmbedded = (
     /** Partition counts of the topics this process has used: fixed once a topic exists. */
     const partitionCounts = new Map<string, number>()
     /** Per partition: the newest high this process published, to wake its subscribers. */
-    const published = new Map<string, SubscriptionRef.SubscriptionRef<bigint>>()
+    const published = new Map<string, Ref.Ref<PublishedHigh>>()
     /** Per (group, partition): the permit of this process's current reader. */
     const readers = new Map<string, Effect.Semaphore>()
 
@@ -93,11 +100,20 @@ export const makeEmbedded = (
       Effect.suspend(() => {
         const key = partitionKey(topic, partition)
         const existing = published.get(key)
-        return existing !== undefined ? Effect.succeed(existing) : SubscriptionRef.make(0n).pipe(
-          // Another fiber may have made it meanwhile: keep the first.
-          Effect.map((created) => published.get(key) ?? (published.set(key, created), created))
-        )
+        return existing !== undefined ? Effect.succeed(existing) : Effect.flatMap(Deferred.make<void>(), (grown) =>
+          Ref.make<PublishedHigh>({ high: 0n, grown }).pipe(
+            // Another fiber may have made it meanwhile: keep the first.
+            Effect.map((created) => published.get(key) ?? (published.set(key, created), created))
+          ))
       })
+
+    /** The partition grew to `high`: the fibers waiting on it are woken (never lowered). */
+    const grew = (ref: Ref.Ref<PublishedHigh>, high: bigint) =>
+      Effect.flatMap(Deferred.make<void>(), (next) =>
+        Effect.flatMap(
+          Ref.modify(ref, (now): [Deferred.Deferred<void>, PublishedHigh] => [now.grown, { high: high > now.high ? high : now.high, grown: next }]),
+          (woken) => Deferred.succeed(woken, undefined)
+        ))
 
     /** Creates the topic unless it exists; its partition count either way. */
     const topicPartitions = (name: string, partitions: number): Effect.Effect<number, EventLogError> =>
@@ -142,7 +158,7 @@ export const makeEmbedded = (
         // records at their next read after that commits.
         if (yield* tables.inTransaction) return
         yield* Effect.forEach(highs, (row) =>
-          Effect.flatMap(publishedRef(row.topic, row.partition), (ref) => SubscriptionRef.set(ref, row.high)), {
+          Effect.flatMap(publishedRef(row.topic, row.partition), (ref) => grew(ref, row.high)), {
           discard: true
         })
       })
@@ -176,19 +192,28 @@ export const makeEmbedded = (
         const woken = yield* publishedRef(topic, partition)
         let read = readNow
         while (true) {
-          const seen = yield* SubscriptionRef.get(woken)
-          if (read || seen > position) {
+          const seen = yield* Ref.get(woken)
+          if (read || seen.high > position) {
             const rows = yield* page(topic, partition, position)
             if (rows.length > 0) return rows
           }
           read = true
-          const above = seen > position ? seen : position
-          yield* Effect.raceFirst(
-            woken.changes.pipe(Stream.filter((high) => high > above), Stream.runHead),
-            Effect.sleep(pollInterval)
-          )
+          const above = seen.high > position ? seen.high : position
+          yield* Effect.raceFirst(grownPast(woken, above, seen.grown), Effect.sleep(pollInterval))
         }
       })
+
+    /**
+     * Waits until this process has published the partition past `above`; `grown` is the wake-up
+     * of the state read last, so a publish since then is not missed. A deferred per publish: a
+     * stream of the high's changes, raced against the poll, cost 0.5-1 ms of CPU to set up for
+     * each wait, and every reader waits twice a second at rest (docs/benchmarks.md).
+     */
+    const grownPast = (woken: Ref.Ref<PublishedHigh>, above: bigint, grown: Deferred.Deferred<void>): Effect.Effect<void> =>
+      Effect.zipRight(
+        Deferred.await(grown),
+        Effect.flatMap(Ref.get(woken), (now) => now.high > above ? Effect.void : grownPast(woken, above, now.grown))
+      )
 
     /** Whether a page may have stopped short of the partition's end: read on at once. */
     const full = (rows: ReadonlyArray<RecordRow>) =>

@@ -411,6 +411,28 @@ const embeddedRetention = (it: Methods) =>
       expect(yield* offsets("h", "read", 1)).toEqual([15n])
     }).pipe(Effect.provide(DatabaseTest)))
 
+const embeddedWakesReaders = (it: Methods) =>
+  it.effect("wakes a waiting reader at each publish of this process, without waiting for its poll", () =>
+    Effect.gen(function* () {
+      // Polled once an hour: every record below arrives only if the publish woke the reader.
+      const log = yield* makeEmbedded(settings, { pollInterval: "1 hour" })
+      const topic = log.topicName("woken")
+      yield* log.ensureTopics([{ name: topic, partitions: 1 }])
+      const received: Array<string> = []
+      const reader = yield* log.subscribe({ groupId: group("woken"), topics: [topic] }).pipe(
+        Stream.tap((message) => Effect.sync(() => received.push(decode(message.value)))),
+        Stream.take(3),
+        Stream.runDrain,
+        Effect.fork
+      )
+      for (const [i, value] of ["one", "two", "three"].entries()) {
+        yield* log.publish([{ topic, key: "k", value: encode(value) }])
+        yield* eventually(Effect.sync(() => received.length), (n) => n === i + 1)
+      }
+      yield* Fiber.join(reader)
+      expect(received).toEqual(["one", "two", "three"])
+    }).pipe(Effect.provide(DatabaseTest)))
+
 // The broker's data outlives test runs: drop this run's topics.
 afterAll(async () => {
   const brokers = (process.env["KAFKA_BROKERS"] ?? "").split(",").filter((b) => b !== "")
@@ -426,7 +448,10 @@ afterAll(async () => {
 }, 60_000)
 
 describe("EventLog", () => {
-  suite("embedded", EmbeddedTest, embeddedRetention)
+  suite("embedded", EmbeddedTest, (it) => {
+    embeddedRetention(it)
+    embeddedWakesReaders(it)
+  })
   suite("kafka", KafkaTest, (it) => {
     survivesBrokerRestart(it)
     keepsGroupPositionAcrossRebalance(it)
